@@ -1,24 +1,37 @@
 # sandfork — the two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
 CARGO ?= cargo
+PYTHON ?= python3
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 # The in-sandbox agent runs on images without a C library, so it is linked statically.
 HOST_TARGET := x86_64-unknown-linux-gnu
-AGENT_FLAGS := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
+STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
 
-.PHONY: setup build demo test lint bench bench-blockstore
+export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
+
+.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore
 
 setup:
 	@scripts/setup
 
 build: setup
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --workspace --bins
+	$(STATIC) $(CARGO) build -p sandfork-agent --target $(HOST_TARGET)
 
-demo: build
+build-release: setup
+	$(CARGO) build --release --workspace --bins
+	$(STATIC) $(CARGO) build --release -p sandfork-agent --target $(HOST_TARGET)
+
+demo: build-release
 	@scripts/demo
 
-test: setup
-	$(CARGO) build --workspace --bins
+test: build test-rust test-python
+
+test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
+
+test-python:
+	@if [ -d sdk/python/tests ]; then $(PYTHON) -m pytest -q sdk/python/tests; fi
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -26,5 +39,5 @@ lint:
 
 bench: bench-blockstore
 
-bench-blockstore: build
+bench-blockstore: build-release
 	@bench/blockstore
