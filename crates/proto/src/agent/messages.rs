@@ -1,0 +1,262 @@
+//! The messages of protocol version 1. Field and variant order is the wire format: append
+//! nothing, reorder nothing without bumping [`super::PROTOCOL_VERSION`].
+
+use serde::{Deserialize, Serialize};
+
+/// One frame's payload. The host sends [`Message::Request`] first, then only
+/// [`Message::Data`] / [`Message::Eof`] (streamed stdin or file contents); everything else
+/// comes from the agent. Each side rejects a frame that is not valid where it arrives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Host → agent, first frame of a connection.
+    Request(Request),
+    /// A chunk of a byte stream: exec stdin, or file contents in either direction.
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// End of a byte stream or of a list.
+    Eof,
+    /// Reply to [`Request::Hello`].
+    Hello(HelloInfo),
+    /// The request succeeded and has nothing more to say.
+    Done,
+    /// The request failed; the agent closes the connection after it.
+    Error(AgentError),
+    /// An exec'd process started.
+    Started { pid: u32 },
+    /// Output of a process; `offset` is the position of `data` in that stream since start.
+    Output {
+        stream: OutputStream,
+        offset: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Output in `from..to` of `stream` was dropped from the agent's bounded buffer.
+    OutputDropped {
+        stream: OutputStream,
+        from: u64,
+        to: u64,
+    },
+    /// A process ended; last frame of an exec, attach or wait.
+    Exit(ExitInfo),
+    /// A background process started.
+    Spawned { id: u64, pid: u32 },
+    /// Reply to [`Request::ListProcesses`].
+    Processes(Vec<ProcessInfo>),
+    /// A file write completed with this many bytes.
+    Written { bytes: u64 },
+    /// One batch of a directory listing; the listing ends with [`Message::Eof`].
+    DirEntries(Vec<DirEntry>),
+    /// Metadata of a path (reply to stat, and header of a file read).
+    Stat(FileStat),
+}
+
+/// What the host asks for. One request per connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Readiness probe → [`Message::Hello`].
+    Hello,
+    /// Run a process and stream its output on this connection → `Started`, `Output`*,
+    /// `Exit` (or `Error`). With [`StdinMode::Stream`] the host sends `Data`* then `Eof`.
+    Exec(ExecRequest),
+    /// Start a background process → `Spawned`.
+    Spawn(ExecRequest),
+    /// → `Processes`.
+    ListProcesses,
+    /// Stream a background process's buffered and future output from the given offsets →
+    /// `OutputDropped`?, `Output`*, then `Exit` once it ended and all output was sent, or
+    /// `Eof` when caught up and `follow` is false.
+    Attach {
+        id: u64,
+        stdout_offset: u64,
+        stderr_offset: u64,
+        follow: bool,
+    },
+    /// Write to a background process's stdin → `Done`.
+    WriteStdin {
+        id: u64,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Close a background process's stdin → `Done`.
+    CloseStdin { id: u64 },
+    /// Send a signal to a background process (its whole process group if `group`) → `Done`.
+    Signal { id: u64, signal: i32, group: bool },
+    /// Wait for a background process to end → `Exit`, or `Error` (TimedOut).
+    Wait { id: u64, timeout_ms: Option<u64> },
+    /// Read a file → `Stat`, `Data`*, `Eof`. `limit` caps the bytes sent.
+    ReadFile {
+        path: String,
+        offset: u64,
+        limit: Option<u64>,
+    },
+    /// Write a file atomically (temporary file + rename) → `Done` when ready for data; the
+    /// host sends `Data`* then `Eof`; → `Written`.
+    WriteFile {
+        path: String,
+        mode: Option<u32>,
+        create_parents: bool,
+    },
+    /// → `DirEntries`*, `Eof`.
+    ListDir { path: String },
+    /// → `Stat`. Symlinks are not followed.
+    Stat { path: String },
+    /// → `Done`.
+    Remove { path: String, recursive: bool },
+    /// → `Done`.
+    Mkdir {
+        path: String,
+        parents: bool,
+        mode: Option<u32>,
+    },
+    /// Set the sandbox's fork identity (after a restore) → `Done`.
+    SetIdentity(Identity),
+}
+
+/// A process to run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// Program: a path, or a name looked up in the effective `PATH`.
+    pub command: String,
+    pub args: Vec<String>,
+    /// Merged over the agent's base environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory (absolute); `None` = the user's home, else `/`.
+    pub cwd: Option<String>,
+    /// `name`, `uid` or `uid:gid`; `None` = the agent's user (root).
+    pub user: Option<String>,
+    pub stdin: StdinMode,
+    /// Kill the process group after this long; the exit then says `timed_out`.
+    pub timeout_ms: Option<u64>,
+}
+
+/// Where a process's stdin comes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdinMode {
+    /// `/dev/null`.
+    #[default]
+    Null,
+    /// These bytes, then end of file.
+    Bytes(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// A pipe fed by the host: `Data` frames for exec, `WriteStdin` for background processes.
+    Stream,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal { signal: i32, core_dumped: bool },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    pub status: ExitStatus,
+    /// The agent killed the process group because its timeout passed.
+    pub timed_out: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloInfo {
+    pub agent_version: String,
+    pub protocol_version: u16,
+    pub uptime_ms: u64,
+    /// Random per agent start (hex); a change means the sandbox rebooted.
+    pub boot_id: String,
+    pub pid: u32,
+    /// As last set by [`Request::SetIdentity`].
+    pub identity: Option<Identity>,
+}
+
+/// A sandbox's identity, set by the host after a fork or restore. The agent writes it to
+/// `/etc/sandfork/fork`, mixes the seed into the kernel's entropy pool and adds `env` to the
+/// environment of every later process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub sandbox_id: String,
+    pub fork_index: u32,
+    #[serde(with = "serde_bytes")]
+    pub seed: Vec<u8>,
+    pub parent_snapshot_id: Option<String>,
+    pub env: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub id: u64,
+    pub pid: u32,
+    /// Program followed by its arguments.
+    pub command: Vec<String>,
+    pub state: ProcessState,
+    pub started_unix_ms: u64,
+    /// Bytes produced so far on each stream (the offset an attach would reach).
+    pub stdout_len: u64,
+    pub stderr_len: u64,
+    pub stdin_open: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProcessState {
+    Running,
+    Exited(ExitInfo),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    pub kind: FileKind,
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_unix_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    /// File name (lossily converted when it is not UTF-8).
+    pub name: String,
+    pub stat: FileStat,
+}
+
+/// Failure classes the agent reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    NotFound,
+    PermissionDenied,
+    TooLarge,
+    IsADirectory,
+    NotADirectory,
+    AlreadyExists,
+    InvalidInput,
+    TimedOut,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct AgentError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl AgentError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
