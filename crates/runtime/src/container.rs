@@ -1,0 +1,203 @@
+//! [`ContainerRuntime`]: sandboxes as runc containers on sandfork disks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::host::{ContainerStatus, Host, Usage};
+use crate::layout::{Layout, Record};
+use crate::lifecycle::{self, Ctx};
+use crate::net::NetConfig;
+use crate::{Runtime, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStatus};
+
+/// Settings of a [`ContainerRuntime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Data directory (`sandboxes/`, `runc/` live below it).
+    pub data_dir: PathBuf,
+    pub net: NetConfig,
+    /// The static agent binary, bind-mounted read-only into every sandbox.
+    pub agent_bin: PathBuf,
+    /// How long `create` waits for the agent to answer.
+    pub ready_timeout: Duration,
+}
+
+impl RuntimeConfig {
+    /// Defaults for `data_dir`, with the agent found by [`crate::agent_binary`].
+    pub fn new(data_dir: impl Into<PathBuf>) -> Result<Self> {
+        Ok(RuntimeConfig {
+            data_dir: data_dir.into(),
+            net: NetConfig::default(),
+            agent_bin: crate::agent_binary()?,
+            ready_timeout: Duration::from_secs(10),
+        })
+    }
+}
+
+struct Inner {
+    config: RuntimeConfig,
+    layout: Layout,
+    host: Arc<dyn Host>,
+}
+
+impl Inner {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            host: &*self.host,
+            layout: &self.layout,
+            net: &self.config.net,
+            agent_bin: &self.config.agent_bin,
+            ready_timeout: self.config.ready_timeout,
+        }
+    }
+
+    fn handle(&self, record: &Record) -> SandboxHandle {
+        let paths = self.layout.sandbox(&record.spec.id);
+        SandboxHandle {
+            id: record.spec.id.clone(),
+            dir: paths.dir.clone(),
+            socket_dir: paths.run(),
+            address: record.net.as_ref().map(|n| n.sandbox_addr),
+        }
+    }
+
+    fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        let ctx = self.ctx();
+        let record = lifecycle::load(&ctx, id)?;
+        let state = self
+            .host
+            .runc_state(&self.layout.runc_root(), &record.names.container)?;
+        let status = match state.map(|s| s.status) {
+            Some(ContainerStatus::Running) => SandboxStatus::Running,
+            Some(ContainerStatus::Paused) => SandboxStatus::Paused,
+            Some(ContainerStatus::Creating | ContainerStatus::Created) => SandboxStatus::Starting,
+            Some(ContainerStatus::Stopped) | None => SandboxStatus::Stopped,
+        };
+        let usage = match status {
+            SandboxStatus::Stopped => Usage::default(),
+            _ => self
+                .host
+                .cgroup_usage(&record.names.cgroup)
+                .unwrap_or_default(),
+        };
+        Ok(SandboxInfo {
+            handle: self.handle(&record),
+            status,
+            pid: state.and_then(|s| s.pid),
+            usage,
+            spec: record.spec,
+            created_at: record.created_at,
+        })
+    }
+
+    fn adopt(&self, id: &str) -> Result<SandboxHandle> {
+        let ctx = self.ctx();
+        let record = lifecycle::load(&ctx, id)?;
+        if !lifecycle::is_running(&ctx, &record)? {
+            return Err(Error::NotFound(id.into()));
+        }
+        let paths = self.layout.sandbox(id);
+        self.host.adopt_disk(&record.names.disk, &paths)?;
+        Ok(self.handle(&record))
+    }
+
+    fn list(&self) -> Result<Vec<String>> {
+        let dir = self.layout.sandboxes();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(Vec::new());
+        };
+        let mut ids: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+/// The container runtime: runc + sandfork disks + sandfork networking.
+#[derive(Clone)]
+pub struct ContainerRuntime {
+    inner: Arc<Inner>,
+}
+
+impl ContainerRuntime {
+    pub fn new(config: RuntimeConfig, host: Arc<dyn Host>) -> Self {
+        let layout = Layout::new(&config.data_dir);
+        ContainerRuntime {
+            inner: Arc::new(Inner {
+                config,
+                layout,
+                host,
+            }),
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| Error::Command {
+                command: "runtime task".into(),
+                detail: e.to_string(),
+            })?
+    }
+}
+
+#[async_trait]
+impl Runtime for ContainerRuntime {
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle> {
+        self.blocking(move |i| lifecycle::create(&i.ctx(), spec).map(|r| i.handle(&r)))
+            .await
+    }
+
+    async fn stop(&self, id: &str) -> Result<()> {
+        let id = id.to_string();
+        self.blocking(move |i| lifecycle::stop(&i.ctx(), &id)).await
+    }
+
+    async fn start(&self, id: &str) -> Result<SandboxHandle> {
+        let id = id.to_string();
+        self.blocking(move |i| lifecycle::restart(&i.ctx(), &id).map(|r| i.handle(&r)))
+            .await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        let id = id.to_string();
+        crate::spec::validate_id(&id).map_err(|_| Error::NotFound(id.clone()))?;
+        self.blocking(move |i| lifecycle::destroy(&i.ctx(), &id))
+            .await
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        let id = id.to_string();
+        self.blocking(move |i| i.inspect(&id)).await
+    }
+
+    async fn list(&self) -> Result<Vec<String>> {
+        self.blocking(|i| i.list()).await
+    }
+
+    async fn adopt(&self, id: &str) -> Result<SandboxHandle> {
+        let id = id.to_string();
+        self.blocking(move |i| i.adopt(&id)).await
+    }
+
+    async fn cleanup_stale(&self) -> Result<Vec<String>> {
+        self.blocking(|i| crate::stale::cleanup(&i.ctx())).await
+    }
+}

@@ -1,0 +1,62 @@
+//! Errors of the runtime.
+
+use std::path::PathBuf;
+
+/// What went wrong in the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Invalid sandbox spec: {0}")]
+    InvalidSpec(String),
+    #[error("Sandbox {0} not found")]
+    NotFound(String),
+    #[error("Sandbox {0} already exists")]
+    Exists(String),
+    #[error("Command {command} failed: {detail}")]
+    Command { command: String, detail: String },
+    #[error("I/O on {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Sandbox state record {path} is unreadable")]
+    Record {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("Network address pool is exhausted")]
+    PoolExhausted,
+    #[error("Disk operation failed")]
+    Disk(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("Agent did not become ready: {0}")]
+    Agent(String),
+    #[error("Agent binary not found (set SANDFORK_AGENT_BIN)")]
+    NoAgentBinary,
+    #[error("Image build failed: {0}")]
+    Image(String),
+}
+
+/// Result with the runtime's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Adds the path to an `io::Result`.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|e| Error::io(path, e))
+    }
+}

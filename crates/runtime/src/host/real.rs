@@ -1,0 +1,280 @@
+//! The real host: iproute2, nftables, runc, cgroupfs, and the block-store disk path.
+
+mod cmd;
+mod disks;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use self::cmd::{run, run_stdin, run_tolerant};
+pub use self::disks::Disks;
+use super::{ContainerState, ContainerStatus, Host, Usage};
+use crate::error::{Error, IoContext, Result};
+use crate::layout::SandboxPaths;
+use crate::net::{self, NetAlloc};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Messages of runc, ip and nft meaning "that object does not exist".
+const GONE: &[&str] = &[
+    "does not exist",
+    "not exist",
+    "No such file",
+    "not found",
+    "Cannot find device",
+    "not running",
+    "process already finished",
+];
+
+/// Host side effects for real.
+pub struct RealHost {
+    disks: Disks,
+    /// Serialises creation of the nftables base table across processes.
+    lock_dir: PathBuf,
+}
+
+impl RealHost {
+    /// A host serving disks from `disks`; `lock_dir` holds host-wide lock files.
+    pub fn new(disks: Disks, lock_dir: impl Into<PathBuf>) -> Self {
+        RealHost {
+            disks,
+            lock_dir: lock_dir.into(),
+        }
+    }
+
+    pub fn disks(&self) -> &Disks {
+        &self.disks
+    }
+}
+
+fn runc(root: &Path) -> Command {
+    let mut c = Command::new("runc");
+    c.arg("--root").arg(root);
+    c
+}
+
+fn ip() -> Command {
+    Command::new("ip")
+}
+
+#[derive(Deserialize)]
+struct RuncState {
+    status: String,
+    pid: Option<u32>,
+}
+
+fn status_of(s: &str) -> ContainerStatus {
+    match s {
+        "creating" => ContainerStatus::Creating,
+        "created" => ContainerStatus::Created,
+        "running" => ContainerStatus::Running,
+        "paused" => ContainerStatus::Paused,
+        _ => ContainerStatus::Stopped,
+    }
+}
+
+impl Host for RealHost {
+    fn create_disk(&self, disk: &str, base: &str, size_mb: u64) -> Result<()> {
+        self.disks.create(disk, base, size_mb)
+    }
+    fn mount_disk(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        self.disks.mount(disk, paths)
+    }
+    fn adopt_disk(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        self.disks.adopt(disk, paths)
+    }
+    fn unmount_disk(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        self.disks.unmount(disk, paths)
+    }
+    fn delete_disk(&self, disk: &str) -> Result<()> {
+        self.disks.delete(disk)
+    }
+
+    fn netns_add(&self, name: &str) -> Result<()> {
+        run(ip().args(["netns", "add", name]))?;
+        run(ip().args(["-n", name, "link", "set", "lo", "up"])).map(drop)
+    }
+
+    fn netns_delete(&self, name: &str) -> Result<()> {
+        if !self.netns_exists(name) {
+            return Ok(());
+        }
+        run_tolerant(ip().args(["netns", "delete", name]), GONE)
+    }
+
+    fn veth_add(&self, netns: &str, a: &NetAlloc) -> Result<()> {
+        let host = format!(
+            "link add {h} type veth peer name {p} netns {netns}\n\
+             addr add {ha}/30 dev {h}\nlink set {h} up\n",
+            h = a.host_if,
+            p = a.peer_if,
+            ha = a.host_addr
+        );
+        run_stdin(ip().args(["-batch", "-"]), &host)?;
+        let inside = format!(
+            "link set {p} name eth0\naddr add {sa}/30 dev eth0\nlink set eth0 up\n\
+             route add default via {ha}\n",
+            p = a.peer_if,
+            sa = a.sandbox_addr,
+            ha = a.host_addr
+        );
+        run_stdin(ip().args(["-n", netns, "-batch", "-"]), &inside)
+    }
+
+    fn veth_delete(&self, a: &NetAlloc) -> Result<()> {
+        run_tolerant(ip().args(["link", "delete", &a.host_if]), GONE)
+    }
+
+    fn nft_prepare(&self) -> Result<()> {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").at("/proc/sys/net/ipv4/ip_forward")?;
+        std::fs::create_dir_all(&self.lock_dir).at(&self.lock_dir)?;
+        let lock_path = self.lock_dir.join("nft.lock");
+        let file = std::fs::File::create(&lock_path).at(&lock_path)?;
+        let _lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| Error::io(&lock_path, e.into()))?;
+        let table = ["list", "table", "inet", net::NFT_TABLE];
+        if run(Command::new("nft").args(table)).is_ok() {
+            return Ok(());
+        }
+        run_stdin(
+            Command::new("nft").args(["-f", "-"]),
+            &net::base_table_script(),
+        )
+    }
+
+    fn nft_apply(&self, script: &str) -> Result<()> {
+        run_stdin(Command::new("nft").args(["-f", "-"]), script)
+    }
+
+    fn nft_remove(&self, commands: &[String]) -> Result<()> {
+        let mut first = Ok(());
+        for c in commands {
+            let r = run_tolerant(Command::new("nft").args(c.split(' ')), GONE);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    fn write_config(&self, paths: &SandboxPaths, config: &[u8]) -> Result<()> {
+        std::fs::write(paths.config(), config).at(paths.config())
+    }
+
+    fn runc_run(&self, root: &Path, id: &str, paths: &SandboxPaths) -> Result<()> {
+        let log = paths.logs().join("runc.log");
+        let mut c = runc(root);
+        c.arg("--log")
+            .arg(&log)
+            .args(["run", "--detach", "--bundle"]);
+        c.arg(paths.bundle()).arg(id);
+        // The container's init inherits runc's stdio: /dev/null, never a host file.
+        cmd::run_detached(&mut c, &log)
+    }
+
+    fn runc_kill(&self, root: &Path, id: &str, signal: &str) -> Result<()> {
+        run_tolerant(runc(root).args(["kill", id, signal]), GONE)
+    }
+
+    fn runc_delete(&self, root: &Path, id: &str) -> Result<()> {
+        run_tolerant(runc(root).args(["delete", "--force", id]), GONE)
+    }
+
+    fn runc_state(&self, root: &Path, id: &str) -> Result<Option<ContainerState>> {
+        let out = match run(runc(root).args(["state", id])) {
+            Ok(out) => out,
+            Err(Error::Command { detail, .. }) if GONE.iter().any(|g| detail.contains(g)) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let state: RuncState = serde_json::from_str(&out).map_err(|e| Error::Command {
+            command: "runc state".into(),
+            detail: e.to_string(),
+        })?;
+        let status = status_of(&state.status);
+        let pid = state
+            .pid
+            .filter(|p| *p != 0 && status != ContainerStatus::Stopped);
+        Ok(Some(ContainerState { status, pid }))
+    }
+
+    fn runc_list(&self, root: &Path) -> Result<Vec<String>> {
+        if !root.exists() {
+            return Ok(Vec::new());
+        }
+        let out = run(runc(root).args(["list", "-q"]))?;
+        Ok(out
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect())
+    }
+
+    fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
+        crate::agent::wait_ready(paths, timeout)
+    }
+
+    fn cgroup_remove(&self, cgroup: &str) -> Result<()> {
+        for dir in cgroup_dirs(cgroup) {
+            match std::fs::remove_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(dir, e))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn cgroup_usage(&self, cgroup: &str) -> Result<Usage> {
+        let rel = cgroup.trim_start_matches('/');
+        let root = Path::new(CGROUP_ROOT);
+        let (mem, pids) = if root.join("cgroup.controllers").exists() {
+            (
+                root.join(rel).join("memory.current"),
+                root.join(rel).join("pids.current"),
+            )
+        } else {
+            (
+                root.join("memory").join(rel).join("memory.usage_in_bytes"),
+                root.join("pids").join(rel).join("pids.current"),
+            )
+        };
+        Ok(Usage {
+            memory_bytes: read_u64(&mem)?,
+            pids: read_u64(&pids)?,
+        })
+    }
+
+    fn netns_exists(&self, name: &str) -> bool {
+        Path::new("/run/netns").join(name).exists()
+    }
+}
+
+fn read_u64(path: &Path) -> Result<u64> {
+    let s = std::fs::read_to_string(path).at(path)?;
+    s.trim()
+        .parse()
+        .map_err(|_| Error::io(path, std::io::ErrorKind::InvalidData.into()))
+}
+
+/// The cgroup's directory in every mounted hierarchy (one on cgroup v2, one per
+/// controller plus the named and unified ones on v1/hybrid).
+fn cgroup_dirs(cgroup: &str) -> Vec<PathBuf> {
+    let rel = cgroup.trim_start_matches('/');
+    let root = Path::new(CGROUP_ROOT);
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.join(rel)];
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path().join(rel))
+        .collect()
+}

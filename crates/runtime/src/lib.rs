@@ -1,0 +1,139 @@
+//! sandfork's sandbox runtime.
+//!
+//! A [`Runtime`] creates, stops, adopts and destroys sandboxes. [`ContainerRuntime`] is the
+//! implementation on runc: each sandbox is a container whose root filesystem is its own
+//! block-store disk, whose network namespace sandfork made, and whose init is the
+//! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
+//! and `docs/security.md`.
+
+mod agent;
+mod container;
+mod error;
+pub mod host;
+pub mod layout;
+pub mod lifecycle;
+pub mod net;
+pub mod oci;
+mod seccomp;
+pub mod spec;
+mod stale;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+pub use container::{ContainerRuntime, RuntimeConfig};
+pub use error::{Error, Result};
+pub use host::Usage;
+pub use spec::{Cidr, ImageRef, NetworkMode, Resources, SandboxSpec};
+
+/// A created sandbox and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxHandle {
+    pub id: String,
+    /// The sandbox's directory on the host.
+    pub dir: PathBuf,
+    /// Host-owned directory holding the agent's socket (`/run/sandfork` inside).
+    pub socket_dir: PathBuf,
+    /// The sandbox's address, with `internet`.
+    pub address: Option<std::net::Ipv4Addr>,
+}
+
+/// Lifecycle state of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxStatus {
+    Starting,
+    Running,
+    Paused,
+    Stopped,
+}
+
+/// What [`Runtime::inspect`] reports.
+#[derive(Debug, Clone)]
+pub struct SandboxInfo {
+    pub handle: SandboxHandle,
+    pub status: SandboxStatus,
+    /// Host pid of the sandbox's init.
+    pub pid: Option<u32>,
+    pub usage: Usage,
+    pub spec: SandboxSpec,
+    /// Seconds since the Unix epoch.
+    pub created_at: u64,
+}
+
+/// A sandbox runtime. Checkpoint and restore join this trait with memory snapshots.
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// Creates and boots a sandbox; returns once its agent answers. A failed create
+    /// leaves nothing behind.
+    async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle>;
+    /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
+    async fn stop(&self, id: &str) -> Result<()>;
+    /// Boots a stopped sandbox again on its disk.
+    async fn start(&self, id: &str) -> Result<SandboxHandle>;
+    /// Removes everything the sandbox holds. Idempotent.
+    async fn destroy(&self, id: &str) -> Result<()>;
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
+    /// Ids of every sandbox in the data directory.
+    async fn list(&self) -> Result<Vec<String>>;
+    /// Re-attaches to a running sandbox after a daemon restart.
+    async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
+    /// Removes what dead sandboxes left behind; returns their ids.
+    async fn cleanup_stale(&self) -> Result<Vec<String>>;
+}
+
+/// Finds the agent binary: `SANDFORK_AGENT_BIN`, else next to the current executable
+/// (or its parent, for test and example binaries), else the static build's target path.
+pub fn agent_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SANDFORK_AGENT_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok();
+    let beside = exe.iter().flat_map(|e| e.ancestors().skip(1).take(2));
+    let beside = beside.map(|d| d.join("sandfork-agent"));
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = workspace.join("target/x86_64-unknown-linux-gnu/debug/sandfork-agent");
+    // Images may have no C library: only a statically linked agent will do.
+    beside
+        .chain([target])
+        .find(|p| is_static_elf(p))
+        .ok_or(Error::NoAgentBinary)
+}
+
+/// Whether `path` is an ELF executable without a program interpreter (statically linked).
+fn is_static_elf(path: &std::path::Path) -> bool {
+    const PT_INTERP: u32 = 3;
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u32_at = |o: usize| {
+        bytes
+            .get(o..o + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+    };
+    let u64_at = |o: usize| {
+        bytes
+            .get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if bytes.get(..5) != Some(b"\x7fELF\x02") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    (0..usize::from(phnum)).all(|i| {
+        let off = usize::try_from(phoff)
+            .unwrap_or(usize::MAX)
+            .saturating_add(i * usize::from(phentsize));
+        u32_at(off).is_some_and(|t| t != PT_INTERP)
+    })
+}

@@ -1,0 +1,273 @@
+//! Create, stop, start and destroy of one sandbox as an ordered list of host steps.
+//!
+//! Every step is recorded before it is attempted and undone in reverse order when a later
+//! step fails; undo steps tolerate objects that are already gone, so destroy is the same
+//! undo run over all steps and works for half-created sandboxes too.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::warn;
+
+use crate::error::{Error, Result};
+use crate::host::{ContainerStatus, Host};
+use crate::layout::{Layout, Names, Record, SandboxPaths};
+use crate::net::{self, NetConfig};
+use crate::oci;
+use crate::spec::{NetworkMode, SandboxSpec};
+
+/// One host-side step of creating a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Disk,
+    Mount,
+    Netns,
+    Lease,
+    Veth,
+    Nft,
+    Container,
+}
+
+/// All steps, in creation order.
+pub const STEPS: [Step; 7] = [
+    Step::Disk,
+    Step::Mount,
+    Step::Netns,
+    Step::Lease,
+    Step::Veth,
+    Step::Nft,
+    Step::Container,
+];
+
+/// What the lifecycle functions need besides the host.
+pub struct Ctx<'a> {
+    pub host: &'a dyn Host,
+    pub layout: &'a Layout,
+    pub net: &'a NetConfig,
+    pub agent_bin: &'a Path,
+    pub ready_timeout: Duration,
+}
+
+impl Ctx<'_> {
+    fn runc_root(&self) -> PathBuf {
+        self.layout.runc_root()
+    }
+}
+
+/// Creates a sandbox and waits for its agent; on failure nothing is left behind.
+pub fn create(ctx: &Ctx<'_>, spec: SandboxSpec) -> Result<Record> {
+    spec.validate()?;
+    let paths = ctx.layout.sandbox(&spec.id);
+    paths.create(&spec.id)?;
+    let mut record = Record {
+        names: Names::for_id(&spec.id),
+        spec,
+        net: None,
+        agent_bin: ctx.agent_bin.to_path_buf(),
+        created_at: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+    };
+    let mut done = Vec::new();
+    let result = record
+        .save(&paths.record())
+        .and_then(|()| build(ctx, &paths, &mut record, &mut done));
+    if let Err(e) = result {
+        warn!(id = %record.spec.id, error = %e, "create failed, rolling back");
+        let _ = undo(ctx, &paths, &record, done.iter().rev().copied());
+        let _ = paths.remove();
+        return Err(e);
+    }
+    Ok(record)
+}
+
+fn build(
+    ctx: &Ctx<'_>,
+    paths: &SandboxPaths,
+    record: &mut Record,
+    done: &mut Vec<Step>,
+) -> Result<()> {
+    let host = ctx.host;
+    let names = record.names.clone();
+    let spec = record.spec.clone();
+    done.push(Step::Disk);
+    host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
+    done.push(Step::Mount);
+    host.mount_disk(&names.disk, paths)?;
+    done.push(Step::Netns);
+    host.netns_add(&names.netns)?;
+    if let NetworkMode::Internet {
+        allow_out,
+        deny_out,
+    } = &spec.network
+    {
+        done.push(Step::Lease);
+        let alloc = net::lease(ctx.net, &owner(paths))?;
+        record.net = Some(alloc.clone());
+        record.save(&paths.record())?;
+        done.push(Step::Veth);
+        host.veth_add(&names.netns, &alloc)?;
+        done.push(Step::Nft);
+        host.nft_prepare()?;
+        host.nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
+    }
+    start(ctx, paths, record, done)
+}
+
+/// Writes the bundle, runs the container and waits for its agent.
+fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<Step>) -> Result<()> {
+    let netns = Path::new("/run/netns").join(&record.names.netns);
+    let rootfs = paths.rootfs();
+    let run_dir = paths.run();
+    let host_paths = oci::HostPaths {
+        rootfs: &rootfs,
+        run_dir: &run_dir,
+        agent_bin: &record.agent_bin,
+        netns: &netns,
+        cgroup: &record.names.cgroup,
+        nofile: nofile_limit(),
+    };
+    let config = oci::config(&record.spec, &host_paths);
+    ctx.host.write_config(paths, &oci::to_json(&config))?;
+    done.push(Step::Container);
+    ctx.host
+        .runc_run(&ctx.runc_root(), &record.names.container, paths)?;
+    ctx.host.wait_agent(paths, ctx.ready_timeout)
+}
+
+/// Boots a stopped sandbox again on its disk (a cold boot).
+pub fn restart(ctx: &Ctx<'_>, id: &str) -> Result<Record> {
+    let paths = ctx.layout.sandbox(id);
+    let record = load(ctx, id)?;
+    let mut done = Vec::new();
+    if let Err(e) = start(ctx, &paths, &record, &mut done) {
+        let _ = stop(ctx, id);
+        return Err(e);
+    }
+    Ok(record)
+}
+
+/// Kills every process of the sandbox and deletes its container; disk and network stay.
+pub fn stop(ctx: &Ctx<'_>, id: &str) -> Result<()> {
+    let record = load(ctx, id)?;
+    stop_container(ctx, &record)
+}
+
+fn stop_container(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
+    let root = ctx.runc_root();
+    let name = &record.names.container;
+    ctx.host.runc_kill(&root, name, "KILL")?;
+    ctx.host.runc_delete(&root, name)
+}
+
+/// Removes everything a sandbox holds on the host. Idempotent; continues past failures
+/// and reports the first one. The directory is kept if its disk is still mounted.
+pub fn destroy(ctx: &Ctx<'_>, id: &str) -> Result<()> {
+    let paths = ctx.layout.sandbox(id);
+    let record = match Record::load(&paths.record()) {
+        Ok(r) => r,
+        Err(_) if !paths.dir.exists() => return Ok(()),
+        Err(_) => fallback_record(ctx, id),
+    };
+    undo(ctx, &paths, &record, STEPS.iter().rev().copied())?;
+    paths.remove()
+}
+
+/// A record for a sandbox whose record file is missing or torn: names follow from the id,
+/// a lease is found by owner.
+fn fallback_record(ctx: &Ctx<'_>, id: &str) -> Record {
+    let paths = ctx.layout.sandbox(id);
+    let owner = owner(&paths);
+    let net = net::leases_owned(ctx.net, &owner)
+        .into_iter()
+        .find(|(_, o)| *o == owner)
+        .map(|(a, _)| a);
+    Record {
+        spec: SandboxSpec {
+            id: id.into(),
+            image: crate::spec::ImageRef {
+                name: String::new(),
+                layer: String::new(),
+                env: Default::default(),
+                cwd: "/".into(),
+            },
+            resources: Default::default(),
+            env: Default::default(),
+            network: Default::default(),
+        },
+        names: Names::for_id(id),
+        net,
+        agent_bin: ctx.agent_bin.to_path_buf(),
+        created_at: 0,
+    }
+}
+
+fn undo(
+    ctx: &Ctx<'_>,
+    paths: &SandboxPaths,
+    record: &Record,
+    steps: impl Iterator<Item = Step>,
+) -> Result<()> {
+    let mut first = None;
+    for step in steps {
+        if let Err(e) = undo_step(ctx, paths, record, step) {
+            warn!(id = %record.spec.id, ?step, error = %e, "undo failed");
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn undo_step(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, step: Step) -> Result<()> {
+    let host = ctx.host;
+    let names = &record.names;
+    match (step, &record.net) {
+        (Step::Container, _) => {
+            stop_container(ctx, record)?;
+            host.cgroup_remove(&names.cgroup)
+        }
+        (Step::Nft, Some(alloc)) => host.nft_remove(&net::sandbox_rules_removal(alloc)),
+        (Step::Veth, Some(alloc)) => host.veth_delete(alloc),
+        (Step::Lease, Some(alloc)) => net::release(alloc, &owner(paths)),
+        (Step::Netns, _) => host.netns_delete(&names.netns),
+        (Step::Mount, _) => host.unmount_disk(&names.disk, paths),
+        (Step::Disk, _) => host.delete_disk(&names.disk),
+        (Step::Nft | Step::Veth | Step::Lease, None) => Ok(()),
+    }
+}
+
+/// Loads the record of an existing sandbox.
+pub fn load(ctx: &Ctx<'_>, id: &str) -> Result<Record> {
+    crate::spec::validate_id(id).map_err(|_| Error::NotFound(id.into()))?;
+    let paths = ctx.layout.sandbox(id);
+    if !paths.record().exists() {
+        return Err(Error::NotFound(id.into()));
+    }
+    Record::load(&paths.record())
+}
+
+/// Whether the sandbox's container is running.
+pub fn is_running(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
+    let state = ctx
+        .host
+        .runc_state(&ctx.runc_root(), &record.names.container)?;
+    Ok(matches!(
+        state.map(|s| s.status),
+        Some(ContainerStatus::Running)
+    ))
+}
+
+/// Identifies a lease holder host-wide: the sandbox's directory.
+fn owner(paths: &SandboxPaths) -> String {
+    paths.dir.to_string_lossy().into_owned()
+}
+
+/// RLIMIT_NOFILE for sandboxes: the host's hard limit, never more (raising needs
+/// CAP_SYS_RESOURCE).
+fn nofile_limit() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(_, hard)| hard.min(1 << 20))
+}
+
+#[cfg(test)]
+mod tests;

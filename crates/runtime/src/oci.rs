@@ -1,0 +1,527 @@
+//! The OCI runtime config (`config.json`) of a sandbox, generated from its spec.
+//!
+//! Only the fields sandfork sets are modelled. See `docs/security.md` for why each
+//! restriction is there.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::seccomp::{self, Seccomp};
+use crate::spec::SandboxSpec;
+
+/// Where the agent binary appears inside every sandbox (read-only bind mount).
+pub const AGENT_PATH: &str = "/.sandfork/agent";
+/// Where the host-owned run directory appears inside every sandbox.
+pub const RUN_DIR: &str = "/run/sandfork";
+/// The agent's socket inside the sandbox.
+pub const AGENT_SOCKET: &str = "/run/sandfork/agent.sock";
+
+/// CFS period used for the CPU quota, in microseconds.
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// Capabilities the sandbox's processes keep; everything else is dropped.
+pub const CAPABILITIES: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+];
+
+/// Kernel paths hidden from the sandbox.
+pub const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/interrupts",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+    "/sys/kernel/debug",
+];
+
+/// Kernel paths the sandbox may read but not write.
+pub const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    pub oci_version: &'static str,
+    pub process: Process,
+    pub root: Root,
+    pub hostname: String,
+    pub mounts: Vec<Mount>,
+    pub linux: Linux,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    pub terminal: bool,
+    pub user: User,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub capabilities: Capabilities,
+    pub rlimits: Vec<Rlimit>,
+    pub no_new_privileges: bool,
+    pub oom_score_adj: i32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Capabilities {
+    pub bounding: Vec<String>,
+    pub effective: Vec<String>,
+    pub permitted: Vec<String>,
+    pub inheritable: Vec<String>,
+    pub ambient: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Rlimit {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Root {
+    pub path: PathBuf,
+    pub readonly: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Mount {
+    pub destination: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub source: String,
+    pub options: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Linux {
+    pub namespaces: Vec<Namespace>,
+    pub cgroups_path: String,
+    pub resources: LinuxResources,
+    pub masked_paths: Vec<String>,
+    pub readonly_paths: Vec<String>,
+    pub seccomp: Seccomp,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Namespace {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LinuxResources {
+    pub devices: Vec<DeviceRule>,
+    pub memory: Memory,
+    pub cpu: Cpu,
+    pub pids: Pids,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeviceRule {
+    pub allow: bool,
+    pub access: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Memory {
+    pub limit: i64,
+    pub swap: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Cpu {
+    pub quota: i64,
+    pub period: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Pids {
+    pub limit: i64,
+}
+
+/// Host-side inputs to the config that are not part of the spec.
+#[derive(Debug, Clone)]
+pub struct HostPaths<'a> {
+    pub rootfs: &'a Path,
+    pub run_dir: &'a Path,
+    pub agent_bin: &'a Path,
+    pub netns: &'a Path,
+    pub cgroup: &'a str,
+    /// RLIMIT_NOFILE given to the sandbox; at most the host's hard limit, since raising a
+    /// limit needs CAP_SYS_RESOURCE, which the host may not have.
+    pub nofile: u64,
+}
+
+/// Builds the OCI config of a sandbox.
+pub fn config(spec: &SandboxSpec, host: &HostPaths<'_>) -> Config {
+    Config {
+        oci_version: "1.0.2",
+        process: process(spec, host.nofile),
+        root: Root {
+            path: host.rootfs.to_path_buf(),
+            readonly: false,
+        },
+        hostname: spec.id.clone(),
+        mounts: mounts(host),
+        linux: Linux {
+            namespaces: namespaces(host.netns),
+            cgroups_path: host.cgroup.to_string(),
+            resources: resources(spec),
+            masked_paths: MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
+            readonly_paths: READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
+            seccomp: seccomp::profile(),
+        },
+    }
+}
+
+fn process(spec: &SandboxSpec, nofile: u64) -> Process {
+    let caps: Vec<String> = CAPABILITIES.iter().map(|s| s.to_string()).collect();
+    Process {
+        terminal: false,
+        user: User { uid: 0, gid: 0 },
+        args: vec![AGENT_PATH.into(), "--socket".into(), AGENT_SOCKET.into()],
+        env: spec
+            .merged_env()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
+        cwd: "/".into(),
+        capabilities: Capabilities {
+            bounding: caps.clone(),
+            effective: caps.clone(),
+            permitted: caps,
+            inheritable: Vec::new(),
+            ambient: Vec::new(),
+        },
+        rlimits: vec![Rlimit {
+            kind: "RLIMIT_NOFILE",
+            soft: nofile,
+            hard: nofile,
+        }],
+        no_new_privileges: true,
+        oom_score_adj: 0,
+    }
+}
+
+fn namespaces(netns: &Path) -> Vec<Namespace> {
+    let own = |kind| Namespace { kind, path: None };
+    vec![
+        own("pid"),
+        own("mount"),
+        own("uts"),
+        own("ipc"),
+        own("cgroup"),
+        // Made by sandfork, not runc: a restored copy needs it to exist beforehand.
+        Namespace {
+            kind: "network",
+            path: Some(netns.to_path_buf()),
+        },
+    ]
+}
+
+fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Mount {
+    Mount {
+        destination: dest.into(),
+        kind: kind.into(),
+        source: source.into(),
+        options: options.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn mounts(host: &HostPaths<'_>) -> Vec<Mount> {
+    let agent = host.agent_bin.to_string_lossy();
+    let run = host.run_dir.to_string_lossy();
+    vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ],
+        ),
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        ),
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        ),
+        mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        ),
+        mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", "ro"],
+        ),
+        mount(
+            RUN_DIR,
+            "bind",
+            &run,
+            &["rbind", "nosuid", "nodev", "noexec"],
+        ),
+        mount(
+            AGENT_PATH,
+            "bind",
+            &agent,
+            &["bind", "ro", "nosuid", "nodev"],
+        ),
+    ]
+}
+
+fn resources(spec: &SandboxSpec) -> LinuxResources {
+    let r = &spec.resources;
+    let memory = (r.memory_mb as i64).saturating_mul(1 << 20);
+    LinuxResources {
+        // Deny every device node; runc then allows only its default safe set
+        // (null, zero, full, random, urandom, tty, ptmx/pts) which it creates in /dev.
+        devices: vec![DeviceRule {
+            allow: false,
+            access: "rwm",
+        }],
+        memory: Memory {
+            limit: memory,
+            swap: memory,
+        },
+        cpu: Cpu {
+            quota: (r.cpus * CPU_PERIOD_US as f64).round() as i64,
+            period: CPU_PERIOD_US,
+        },
+        pids: Pids {
+            limit: i64::from(r.pids),
+        },
+    }
+}
+
+/// Serialises the config.
+pub fn to_json(config: &Config) -> Vec<u8> {
+    serde_json::to_vec_pretty(config).expect("OCI config serialises")
+}
+
+/// The config's value as JSON, for inspection.
+pub fn to_value(config: &Config) -> serde_json::Value {
+    serde_json::to_value(config).expect("OCI config serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{ImageRef, Resources};
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            id: "sb-1".into(),
+            image: ImageRef {
+                name: "busybox".into(),
+                layer: "l0".into(),
+                env: [("LANG".into(), "C".into())].into(),
+                cwd: "/".into(),
+            },
+            resources: Resources {
+                cpus: 1.5,
+                memory_mb: 256,
+                pids: 100,
+                disk_mb: 0,
+            },
+            env: [("LANG".into(), "C.UTF-8".into())].into(),
+            network: Default::default(),
+        }
+    }
+
+    fn generated() -> serde_json::Value {
+        let host = HostPaths {
+            rootfs: Path::new("/d/rootfs"),
+            run_dir: Path::new("/d/run"),
+            agent_bin: Path::new("/opt/agent"),
+            netns: Path::new("/run/netns/sf-sb-1"),
+            cgroup: "/sandfork/sb-1",
+            nofile: 20000,
+        };
+        to_value(&config(&spec(), &host))
+    }
+
+    #[test]
+    fn namespaces_and_netns_by_path() {
+        let v = generated();
+        let ns = v["linux"]["namespaces"].as_array().unwrap();
+        let kinds: Vec<_> = ns.iter().map(|n| n["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["pid", "mount", "uts", "ipc", "cgroup", "network"]);
+        assert_eq!(ns[5]["path"], "/run/netns/sf-sb-1");
+        assert!(!kinds.contains(&"user"));
+        assert_eq!(v["hostname"], "sb-1");
+        assert_eq!(v["linux"]["cgroupsPath"], "/sandfork/sb-1");
+    }
+
+    #[test]
+    fn capabilities_are_minimal() {
+        let v = generated();
+        let caps = &v["process"]["capabilities"];
+        for set in ["bounding", "effective", "permitted"] {
+            let list: Vec<_> = caps[set]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            assert_eq!(list, CAPABILITIES);
+            for bad in [
+                "CAP_SYS_ADMIN",
+                "CAP_NET_ADMIN",
+                "CAP_NET_RAW",
+                "CAP_SYS_PTRACE",
+            ] {
+                assert!(!list.contains(&bad));
+            }
+        }
+        assert!(caps["ambient"].as_array().unwrap().is_empty());
+        assert_eq!(v["process"]["noNewPrivileges"], true);
+    }
+
+    #[test]
+    fn limits_follow_resources() {
+        let v = generated();
+        let r = &v["linux"]["resources"];
+        assert_eq!(r["memory"]["limit"], 256 << 20);
+        assert_eq!(r["memory"]["swap"], 256 << 20);
+        assert_eq!(r["cpu"]["quota"], 150_000);
+        assert_eq!(r["cpu"]["period"], 100_000);
+        assert_eq!(r["pids"]["limit"], 100);
+        assert_eq!(v["process"]["rlimits"][0]["hard"], 20000);
+    }
+
+    #[test]
+    fn kernel_paths_masked_and_readonly() {
+        let v = generated();
+        let masked = v["linux"]["maskedPaths"].as_array().unwrap();
+        for p in [
+            "/proc/kcore",
+            "/proc/keys",
+            "/sys/firmware",
+            "/proc/sched_debug",
+        ] {
+            assert!(masked.iter().any(|m| m == p), "{p}");
+        }
+        let ro = v["linux"]["readonlyPaths"].as_array().unwrap();
+        assert!(ro.iter().any(|m| m == "/proc/sys"));
+        let sys = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/sys");
+        assert!(sys.unwrap()["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o == "ro"));
+    }
+
+    #[test]
+    fn agent_runs_as_init_with_host_owned_socket_dir() {
+        let v = generated();
+        assert_eq!(v["process"]["args"][0], AGENT_PATH);
+        assert_eq!(v["process"]["args"][2], AGENT_SOCKET);
+        let mounts = v["mounts"].as_array().unwrap();
+        let run = mounts.iter().find(|m| m["destination"] == RUN_DIR).unwrap();
+        assert_eq!(run["source"], "/d/run");
+        let agent = mounts
+            .iter()
+            .find(|m| m["destination"] == AGENT_PATH)
+            .unwrap();
+        assert!(agent["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o == "ro"));
+        let env = v["process"]["env"].as_array().unwrap();
+        assert!(env.iter().any(|e| e == "LANG=C.UTF-8"));
+        assert!(env.iter().any(|e| e == "HOSTNAME=sb-1"));
+    }
+
+    #[test]
+    fn seccomp_present_and_denies_by_default() {
+        let v = generated();
+        let s = &v["linux"]["seccomp"];
+        assert_eq!(s["defaultAction"], "SCMP_ACT_ERRNO");
+        let allowed: Vec<&str> = s["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["action"] == "SCMP_ACT_ALLOW")
+            .flat_map(|r| {
+                r["names"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|n| n.as_str().unwrap())
+            })
+            .collect();
+        assert!(allowed.contains(&"read"));
+        for bad in [
+            "kexec_load",
+            "init_module",
+            "mount",
+            "bpf",
+            "keyctl",
+            "userfaultfd",
+        ] {
+            assert!(!allowed.contains(&bad), "{bad}");
+        }
+    }
+}
