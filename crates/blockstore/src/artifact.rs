@@ -1,0 +1,307 @@
+//! Export and import of a chain segment as one packed artifact.
+//!
+//! Layout: `magic "SFARTIF1" | version u32 | nlayers u32`, then per layer, bottom to top,
+//! its metadata record exactly as stored (see `meta`), followed by its held non-zero
+//! blocks (4096 bytes each) in block order; then `"SFAEND\0\0"` and a blake3 checksum of
+//! every byte before the trailer.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::fsutil::{self, AlignedBuf};
+use crate::id::LayerId;
+use crate::layer::{self, runs, Layer, MAX_RUN};
+use crate::meta::{self, HashingReader, Meta};
+use crate::store::Store;
+use crate::{Error, Result, BLOCK_SIZE};
+
+const MAGIC: &[u8; 8] = b"SFARTIF1";
+const TRAILER: &[u8; 8] = b"SFAEND\0\0";
+/// Version of the artifact format.
+pub const VERSION: u32 = 1;
+/// Most layers one artifact may carry.
+pub const MAX_LAYERS: u32 = 4096;
+const BS: usize = BLOCK_SIZE as usize;
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportStats {
+    pub layers: usize,
+    /// Data blocks written.
+    pub blocks: u64,
+    /// Total bytes written.
+    pub bytes: u64,
+}
+
+/// A writer that hashes and counts what passes through it.
+struct HashingWriter<'a> {
+    out: &'a mut dyn Write,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl HashingWriter<'_> {
+    fn put(&mut self, buf: &[u8]) -> Result<()> {
+        self.hasher.update(buf);
+        self.bytes += buf.len() as u64;
+        self.out
+            .write_all(buf)
+            .map_err(|e| Error::io("write artifact", e))
+    }
+}
+
+impl Store {
+    /// Writes the layers above `base` (or from the bottom) up to `top` as one artifact.
+    pub fn export(
+        &self,
+        top: &LayerId,
+        base: Option<&LayerId>,
+        out: &mut dyn Write,
+    ) -> Result<ExportStats> {
+        let segment = self.segment(top, base)?;
+        let mut w = HashingWriter {
+            out,
+            hasher: blake3::Hasher::new(),
+            bytes: 0,
+        };
+        w.put(MAGIC)?;
+        w.put(&VERSION.to_le_bytes())?;
+        w.put(&(segment.len() as u32).to_le_bytes())?;
+        let mut stats = ExportStats::default();
+        for id in &segment {
+            stats.blocks += self.export_layer(id, &mut w)?;
+        }
+        let sum = w.hasher.finalize();
+        w.put(TRAILER)?;
+        w.put(sum.as_bytes())?;
+        w.out.flush().map_err(|e| Error::io("write artifact", e))?;
+        stats.layers = segment.len();
+        stats.bytes = w.bytes;
+        Ok(stats)
+    }
+
+    /// The chain from just above `base` up to `top`.
+    fn segment(&self, top: &LayerId, base: Option<&LayerId>) -> Result<Vec<LayerId>> {
+        let chain = self.chain_of(top)?;
+        let Some(base) = base else {
+            return Ok(chain);
+        };
+        match chain.iter().position(|l| l == base) {
+            Some(i) if i + 1 < chain.len() => Ok(chain[i + 1..].to_vec()),
+            _ => Err(Error::NotAncestor {
+                base: base.to_string(),
+                top: top.to_string(),
+            }),
+        }
+    }
+
+    fn export_layer(&self, id: &LayerId, w: &mut HashingWriter<'_>) -> Result<u64> {
+        let layer = self.load_sealed(id)?;
+        let meta_path = self.layer_dir(id).join(layer::META_FILE);
+        let bytes = fs::read(&meta_path)
+            .map_err(|e| Error::io(format!("read {}", meta_path.display()), e))?;
+        if blake3::hash(&bytes[..bytes.len().saturating_sub(32)]).as_bytes()[..]
+            != layer.checksum().unwrap_or_default()[..]
+        {
+            return Err(Error::corrupt(id, "metadata file changed on disk"));
+        }
+        w.put(&bytes)?;
+        let mut buf = AlignedBuf::new((MAX_RUN * BLOCK_SIZE) as usize);
+        let mut blocks = 0;
+        for (first, count) in layer.data_runs() {
+            let part = &mut buf[..count as usize * BS];
+            layer.read_blocks(first, part)?;
+            w.put(part)?;
+            blocks += count;
+        }
+        Ok(blocks)
+    }
+
+    /// Reads an artifact, verifies every block hash, layer checksum and the trailer, and
+    /// only then moves its layers into the store (layers already present are kept).
+    /// Returns the top layer.
+    pub fn import(&self, input: &mut dyn Read) -> Result<LayerId> {
+        let _gc = self.gc_shared()?;
+        self.import_locked(input)
+    }
+
+    pub(crate) fn import_locked(&self, input: &mut dyn Read) -> Result<LayerId> {
+        let staging = Staging::new(self)?;
+        let mut r = HashingReader::new(input);
+        let count = read_header(&mut r)?;
+        let mut staged: Vec<(LayerId, bool)> = Vec::new();
+        for i in 0..count {
+            let prev = staged.last().map(|(id, _)| id);
+            let (id, fresh) = self.import_layer(&mut r, &staging.dir, prev, i == 0)?;
+            if staged.iter().any(|(s, _)| s == &id) {
+                return Err(Error::artifact(format!("layer {id} appears twice")));
+            }
+            staged.push((id, fresh));
+        }
+        read_trailer(&mut r)?;
+        for (id, fresh) in &staged {
+            if *fresh {
+                crate::compact::publish(self, &staging.dir.join(id.as_str()), id)?;
+            }
+        }
+        staged
+            .pop()
+            .map(|(id, _)| id)
+            .ok_or_else(|| Error::artifact("no layers"))
+    }
+
+    /// Stages one layer; returns its id and whether it was new to this store.
+    fn import_layer(
+        &self,
+        r: &mut HashingReader<&mut dyn Read>,
+        staging: &Path,
+        prev: Option<&LayerId>,
+        bottom: bool,
+    ) -> Result<(LayerId, bool)> {
+        let mut tee = Tee {
+            inner: &mut *r,
+            seen: Vec::new(),
+        };
+        let m = meta::decode(&mut tee).map_err(|e| match e {
+            meta::MetaError::Io(e) => artifact_io(e),
+            e => Error::artifact(format!("layer metadata: {}", e.reason())),
+        })?;
+        let raw = tee.seen;
+        let id = m.header.id.clone();
+        self.check_links(&m, prev, bottom)?;
+        let exists = self.layer_dir(&id).join(layer::META_FILE).exists();
+        let dir = staging.join(id.as_str());
+        if exists {
+            read_blocks(r, &m, None)?;
+        } else {
+            fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+            let data = fsutil::open_data(&dir.join(layer::DATA_FILE), true, true, false)?;
+            read_blocks(r, &m, Some(&data))?;
+            data.sync_all()
+                .map_err(|e| Error::io("sync imported data", e))?;
+            fsutil::atomic_write(&dir, layer::META_FILE, &raw)?;
+        }
+        Ok((id, !exists))
+    }
+
+    fn check_links(&self, m: &Meta, prev: Option<&LayerId>, bottom: bool) -> Result<()> {
+        let h = &m.header;
+        if !h.sealed || !m.has_hashes {
+            return Err(Error::artifact(format!("layer {} is not sealed", h.id)));
+        }
+        if !bottom {
+            if h.parent.as_ref() != prev {
+                return Err(Error::artifact(format!("layer {} breaks the chain", h.id)));
+            }
+            return Ok(());
+        }
+        match &h.parent {
+            Some(p) if Layer::read_header(&self.layer_dir(p), p).is_err() => {
+                Err(Error::MissingParent {
+                    layer: h.id.to_string(),
+                    parent: p.to_string(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn artifact_io(e: io::Error) -> Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Error::artifact("truncated")
+    } else {
+        Error::io("read artifact", e)
+    }
+}
+
+fn read_header(r: &mut impl Read) -> Result<u32> {
+    let mut head = [0u8; 16];
+    r.read_exact(&mut head).map_err(artifact_io)?;
+    if &head[..8] != MAGIC {
+        return Err(Error::artifact("bad magic"));
+    }
+    let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    if version != VERSION {
+        return Err(Error::artifact(format!("unsupported version {version}")));
+    }
+    let count = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+    if count == 0 || count > MAX_LAYERS {
+        return Err(Error::artifact(format!("bad layer count {count}")));
+    }
+    Ok(count)
+}
+
+fn read_trailer(r: &mut HashingReader<&mut dyn Read>) -> Result<()> {
+    let expected = r.hasher.finalize();
+    let mut trailer = [0u8; 40];
+    r.inner.read_exact(&mut trailer).map_err(artifact_io)?;
+    if &trailer[..8] != TRAILER || trailer[8..] != expected.as_bytes()[..] {
+        return Err(Error::artifact("trailer checksum mismatch"));
+    }
+    Ok(())
+}
+
+/// Reads a layer's data blocks, checks each against its hash and writes it to `out`.
+fn read_blocks(r: &mut impl Read, m: &Meta, out: Option<&fs::File>) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (MAX_RUN * BLOCK_SIZE) as usize];
+    let held = m.dirty.iter_ones().filter(|&b| !m.zero.get(b));
+    for (first, count) in runs(held) {
+        let part = &mut buf[..count as usize * BS];
+        r.read_exact(part).map_err(artifact_io)?;
+        for (i, block) in part.chunks_exact(BS).enumerate() {
+            let b = first + i as u64;
+            if xxh3_64(block) != m.hashes.get(b) {
+                let id = &m.header.id;
+                return Err(Error::artifact(format!(
+                    "block {b} of layer {id} fails its hash"
+                )));
+            }
+        }
+        if let Some(f) = out {
+            f.write_all_at(part, first * BLOCK_SIZE)
+                .map_err(|e| Error::io("write imported data", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A reader that records what it yields (the raw metadata bytes).
+struct Tee<'a, R> {
+    inner: &'a mut R,
+    seen: Vec<u8>,
+}
+
+impl<R: Read> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// A staging directory under tmp/, removed when dropped.
+struct Staging {
+    dir: PathBuf,
+}
+
+impl Staging {
+    fn new(store: &Store) -> Result<Staging> {
+        let dir = store
+            .dir("tmp")
+            .join(format!("import-{}", LayerId::random()?));
+        fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        Ok(Staging { dir })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,285 @@
+//! Sparse, lock-free bitmaps and per-block hash tables.
+//!
+//! Both are arrays of lazily allocated chunks of atomic words: a 64 GiB disk has 16M
+//! blocks, but a layer that holds a few blocks allocates only the chunks it touches.
+//! Reads are plain atomic loads; the first write to a chunk allocates it once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Bits per bitmap chunk (one 4 KiB chunk of words).
+pub const CHUNK_BITS: u64 = 32768;
+/// 64-bit words per bitmap chunk.
+pub const CHUNK_WORDS: usize = (CHUNK_BITS / 64) as usize;
+/// Entries per hash-table chunk.
+const HASH_CHUNK: u64 = 4096;
+
+type Slot = OnceLock<Arc<[AtomicU64]>>;
+
+/// A growable array of lazily allocated chunks of atomic words.
+struct Chunks {
+    chunk_len: usize,
+    slots: Box<[Slot]>,
+}
+
+impl Chunks {
+    fn new(chunk_len: usize, nslots: usize) -> Chunks {
+        Chunks {
+            chunk_len,
+            slots: (0..nslots).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn get(&self, slot: usize) -> Option<&Arc<[AtomicU64]>> {
+        self.slots.get(slot)?.get()
+    }
+
+    fn get_or_alloc(&self, slot: usize) -> &Arc<[AtomicU64]> {
+        let len = self.chunk_len;
+        self.slots[slot].get_or_init(|| (0..len).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// A copy with `nslots` slots sharing the existing chunks.
+    fn grown(&self, nslots: usize) -> Chunks {
+        let grown = Chunks::new(self.chunk_len, nslots.max(self.slots.len()));
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some(chunk) = slot.get() {
+                let _ = grown.slots[i].set(chunk.clone());
+            }
+        }
+        grown
+    }
+}
+
+/// A fixed-length bitmap with lazily allocated 32768-bit chunks.
+pub struct Bitmap {
+    len: u64,
+    chunks: Chunks,
+}
+
+fn nchunks(len: u64, per: u64) -> usize {
+    len.div_ceil(per) as usize
+}
+
+impl Bitmap {
+    /// An all-clear bitmap of `len` bits.
+    pub fn new(len: u64) -> Bitmap {
+        Bitmap {
+            len,
+            chunks: Chunks::new(CHUNK_WORDS, nchunks(len, CHUNK_BITS)),
+        }
+    }
+
+    fn word(&self, bit: u64) -> Option<&AtomicU64> {
+        let chunk = self.chunks.get((bit / CHUNK_BITS) as usize)?;
+        Some(&chunk[((bit % CHUNK_BITS) / 64) as usize])
+    }
+
+    fn word_mut(&self, bit: u64) -> &AtomicU64 {
+        let chunk = self.chunks.get_or_alloc((bit / CHUNK_BITS) as usize);
+        &chunk[((bit % CHUNK_BITS) / 64) as usize]
+    }
+
+    /// Whether bit `i` is set; bits past the end read as clear.
+    pub fn get(&self, i: u64) -> bool {
+        i < self.len
+            && self
+                .word(i)
+                .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (i % 64)) != 0)
+    }
+
+    /// Sets bit `i` (which must be below `len`).
+    pub fn set(&self, i: u64) {
+        debug_assert!(i < self.len);
+        if i < self.len {
+            self.word_mut(i).fetch_or(1 << (i % 64), Ordering::Release);
+        }
+    }
+
+    /// Clears bit `i`; a no-op for bits in unallocated chunks.
+    pub fn clear(&self, i: u64) {
+        if let Some(w) = self.word(i) {
+            w.fetch_and(!(1 << (i % 64)), Ordering::Release);
+        }
+    }
+
+    /// Number of set bits.
+    pub fn count_ones(&self) -> u64 {
+        self.chunk_indices()
+            .map(|c| {
+                self.chunk_words(c)
+                    .iter()
+                    .map(|w| w.count_ones() as u64)
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Indices of allocated chunks, ascending.
+    pub fn chunk_indices(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.chunks.slots.len()).filter(|&c| self.chunks.get(c).is_some())
+    }
+
+    /// A snapshot of the words of chunk `c` (all zero when unallocated).
+    pub fn chunk_words(&self, c: usize) -> Vec<u64> {
+        match self.chunks.get(c) {
+            Some(chunk) => chunk.iter().map(|w| w.load(Ordering::Acquire)).collect(),
+            None => vec![0; CHUNK_WORDS],
+        }
+    }
+
+    /// Stores `words` as chunk `c`; returns false if `c` is past the end.
+    pub fn set_chunk_words(&self, c: usize, words: &[u64]) -> bool {
+        if c >= self.chunks.slots.len() {
+            return false;
+        }
+        let chunk = self.chunks.get_or_alloc(c);
+        for (dst, src) in chunk.iter().zip(words) {
+            dst.store(*src, Ordering::Release);
+        }
+        true
+    }
+
+    /// Set bits in ascending order.
+    pub fn iter_ones(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunk_indices().flat_map(move |c| {
+            let base = c as u64 * CHUNK_BITS;
+            let words = self.chunk_words(c);
+            words.into_iter().enumerate().flat_map(move |(wi, w)| {
+                let wbase = base + wi as u64 * 64;
+                SetBits(w).map(move |b| wbase + b)
+            })
+        })
+    }
+
+    /// A copy of `new_len` bits (at least the current length) sharing the chunks.
+    pub fn grown(&self, new_len: u64) -> Bitmap {
+        let len = new_len.max(self.len);
+        Bitmap {
+            len,
+            chunks: self.chunks.grown(nchunks(len, CHUNK_BITS)),
+        }
+    }
+}
+
+/// Iterator over the set bit positions of one word.
+struct SetBits(u64);
+
+impl Iterator for SetBits {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        if self.0 == 0 {
+            return None;
+        }
+        let bit = self.0.trailing_zeros() as u64;
+        self.0 &= self.0 - 1;
+        Some(bit)
+    }
+}
+
+/// Per-block 64-bit content hashes, allocated in chunks of 4096 blocks.
+pub struct HashTable {
+    chunks: Chunks,
+}
+
+impl HashTable {
+    /// An empty table for `blocks` blocks.
+    pub fn new(blocks: u64) -> HashTable {
+        HashTable {
+            chunks: Chunks::new(HASH_CHUNK as usize, nchunks(blocks, HASH_CHUNK)),
+        }
+    }
+
+    /// The hash stored for `block` (0 when never stored).
+    pub fn get(&self, block: u64) -> u64 {
+        self.chunks
+            .get((block / HASH_CHUNK) as usize)
+            .map_or(0, |c| {
+                c[(block % HASH_CHUNK) as usize].load(Ordering::Acquire)
+            })
+    }
+
+    /// Stores the hash of `block`, which must lie within the table.
+    pub fn set(&self, block: u64, hash: u64) {
+        let slot = (block / HASH_CHUNK) as usize;
+        if slot < self.chunks.slots.len() {
+            let chunk = self.chunks.get_or_alloc(slot);
+            chunk[(block % HASH_CHUNK) as usize].store(hash, Ordering::Release);
+        }
+    }
+
+    /// A copy covering `blocks` blocks sharing the stored chunks.
+    pub fn grown(&self, blocks: u64) -> HashTable {
+        HashTable {
+            chunks: self.chunks.grown(nchunks(blocks, HASH_CHUNK)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_get_clear() {
+        let b = Bitmap::new(100_000);
+        assert!(!b.get(5));
+        b.set(5);
+        b.set(99_999);
+        b.set(64);
+        assert!(b.get(5) && b.get(64) && b.get(99_999));
+        assert!(!b.get(6) && !b.get(100_000) && !b.get(u64::MAX));
+        assert_eq!(b.count_ones(), 3);
+        assert_eq!(b.iter_ones().collect::<Vec<_>>(), vec![5, 64, 99_999]);
+        b.clear(64);
+        b.clear(70_000);
+        assert_eq!(b.iter_ones().collect::<Vec<_>>(), vec![5, 99_999]);
+        assert_eq!(b.chunk_indices().collect::<Vec<_>>(), vec![0, 3]);
+    }
+
+    #[test]
+    fn large_bitmaps_are_sparse() {
+        let blocks = 64 << 18; // 64 GiB of 4 KiB blocks
+        let b = Bitmap::new(blocks);
+        b.set(blocks - 1);
+        assert_eq!(b.chunk_indices().count(), 1);
+        assert_eq!(b.iter_ones().collect::<Vec<_>>(), vec![blocks - 1]);
+    }
+
+    #[test]
+    fn growing_keeps_bits() {
+        let b = Bitmap::new(10);
+        b.set(9);
+        let g = b.grown(1_000_000);
+        assert!(g.get(9));
+        g.set(999_999);
+        assert_eq!(g.count_ones(), 2);
+        assert_eq!(g.len, 1_000_000);
+    }
+
+    #[test]
+    fn chunk_words_round_trip() {
+        let b = Bitmap::new(70_000);
+        b.set(40_000);
+        let words = b.chunk_words(1);
+        let c = Bitmap::new(70_000);
+        assert!(c.set_chunk_words(1, &words));
+        assert!(!c.set_chunk_words(3, &words));
+        assert!(c.get(40_000));
+    }
+
+    #[test]
+    fn hash_table() {
+        let h = HashTable::new(10_000);
+        assert_eq!(h.get(5), 0);
+        h.set(5, 42);
+        h.set(9_999, 7);
+        h.set(20_000, 1); // out of range: ignored
+        assert_eq!(h.get(5), 42);
+        let g = h.grown(30_000);
+        assert_eq!(g.get(9_999), 7);
+        g.set(20_000, 1);
+        assert_eq!(g.get(20_000), 1);
+    }
+}

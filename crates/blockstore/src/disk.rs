@@ -1,0 +1,496 @@
+//! A disk: a sealed chain of layers plus one writable overlay, served as a block device.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::device::{check_range, BlockDevice};
+use crate::fsutil::{self, is_zero, AlignedBuf, FileLock};
+use crate::id::LayerId;
+use crate::layer::{Layer, Source, MAX_RUN};
+use crate::store::{check_size, Manifest, Store};
+use crate::{compact, Error, Result, BLOCK_SIZE};
+
+const BS: u64 = BLOCK_SIZE;
+const BSU: usize = BLOCK_SIZE as usize;
+/// Chain depth above which the disk server should call `Disk::compact`.
+pub const MAX_DEPTH: usize = 16;
+/// Number of block-striped write locks.
+const STRIPES: usize = 64;
+
+/// The layers of a disk as its readers and writers see them.
+pub(crate) struct State {
+    pub size: u64,
+    pub overlay: Arc<Layer>,
+    /// Sealed layers, bottom to top.
+    pub chain: Vec<Arc<Layer>>,
+}
+
+impl State {
+    /// Layer `k` of the resolution order: 0 is the overlay, then the chain top to bottom.
+    fn layer(&self, k: usize) -> &Layer {
+        if k == 0 {
+            &self.overlay
+        } else {
+            &self.chain[self.chain.len() - k]
+        }
+    }
+
+    /// The topmost layer holding block `b`, or `Zero`.
+    fn resolve(&self, b: u64) -> Source {
+        let depth = self.chain.len();
+        for k in 0..=depth {
+            let l = self.layer(k);
+            if l.dirty.get(b) {
+                return if l.zero.get(b) {
+                    Source::Zero
+                } else {
+                    Source::Layer(k)
+                };
+            }
+        }
+        Source::Zero
+    }
+
+    /// Whether block `b` reads as zero from the sealed chain alone.
+    fn chain_reads_zero(&self, b: u64) -> bool {
+        for l in self.chain.iter().rev() {
+            if l.dirty.get(b) {
+                return l.zero.get(b);
+            }
+        }
+        true
+    }
+
+    fn manifest(&self) -> Manifest {
+        Manifest {
+            version: 1,
+            size: self.size,
+            chain: self.chain.iter().map(|l| l.id.clone()).collect(),
+            overlay: self.overlay.id.clone(),
+        }
+    }
+}
+
+/// An open disk. Many threads may do I/O at once; seal, grow and compact briefly take
+/// the chain's write lock.
+pub struct Disk {
+    name: String,
+    store: Store,
+    state: RwLock<State>,
+    stripes: Box<[Mutex<()>]>,
+    flush_lock: Mutex<()>,
+    compact_lock: Mutex<()>,
+    broken: AtomicBool,
+    _lock: FileLock,
+}
+
+impl Store {
+    /// Opens a disk for reading and writing; only one handle may have it open at a time.
+    pub fn open_disk(&self, name: &str) -> Result<Disk> {
+        Disk::open(self, name)
+    }
+}
+
+impl Disk {
+    fn open(store: &Store, name: &str) -> Result<Disk> {
+        crate::id::validate_name(name)?;
+        let lock = fsutil::lock(&store.disk_lock_path(name), true, false)?
+            .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
+        let m = store.finish_interrupted_seal(name)?;
+        let chain = m
+            .chain
+            .iter()
+            .map(|id| store.load_sealed(id))
+            .collect::<Result<Vec<_>>>()?;
+        check_chain(name, &chain)?;
+        let overlay = open_overlay(store, name, &m, &chain)?;
+        Ok(Disk {
+            name: name.to_owned(),
+            store: store.clone(),
+            state: RwLock::new(State {
+                size: m.size,
+                overlay: Arc::new(overlay),
+                chain,
+            }),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            flush_lock: Mutex::new(()),
+            compact_lock: Mutex::new(()),
+            broken: AtomicBool::new(false),
+            _lock: lock,
+        })
+    }
+
+    /// The disk's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The sealed chain, bottom to top.
+    pub fn chain(&self) -> Vec<LayerId> {
+        self.state
+            .read()
+            .chain
+            .iter()
+            .map(|l| l.id.clone())
+            .collect()
+    }
+
+    /// Number of sealed layers under the overlay.
+    pub fn depth(&self) -> usize {
+        self.state.read().chain.len()
+    }
+
+    /// The id of the current writable overlay.
+    pub fn overlay_id(&self) -> LayerId {
+        self.state.read().overlay.id.clone()
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::io(
+                format!(
+                    "disk {:?} failed during a seal and must be reopened",
+                    self.name
+                ),
+                std::io::ErrorKind::Other.into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Turns the overlay into a sealed layer and puts a fresh overlay on top. Does not
+    /// read data: cost is a data sync plus writing the bitmaps and hash table.
+    pub fn seal(&self) -> Result<LayerId> {
+        self.check_usable()?;
+        let _gc = self.store.gc_shared()?;
+        let mut st = self.state.write();
+        let ov = st.overlay.clone();
+        ov.sync_data()?;
+        ov.write_meta(true)?;
+        // From here the on-disk overlay is sealed; failing now leaves the disk to be
+        // completed by the next open (see `Store::finish_interrupted_seal`).
+        let res = self.publish_seal(&mut st, &ov);
+        if res.is_err() {
+            self.broken.store(true, Ordering::Release);
+        }
+        res
+    }
+
+    fn publish_seal(&self, st: &mut State, ov: &Arc<Layer>) -> Result<LayerId> {
+        let fresh = self.store.create_layer(Some(ov.id.clone()), st.size / BS)?;
+        let mut m = st.manifest();
+        m.chain.push(ov.id.clone());
+        m.overlay = fresh.id.clone();
+        self.store.write_manifest(&self.name, &m)?;
+        self.store.cache_arc(ov);
+        st.chain.push(ov.clone());
+        st.overlay = Arc::new(fresh);
+        Ok(ov.id.clone())
+    }
+
+    /// Grows the disk to `new_size` bytes (a multiple of 4096, not smaller than now).
+    pub fn grow(&self, new_size: u64) -> Result<()> {
+        self.check_usable()?;
+        check_size(new_size)?;
+        let mut st = self.state.write();
+        if new_size < st.size {
+            return Err(Error::InvalidSize {
+                size: new_size,
+                reason: "disks can only grow",
+            });
+        }
+        if new_size == st.size {
+            return Ok(());
+        }
+        let mut m = st.manifest();
+        m.size = new_size;
+        self.store.write_manifest(&self.name, &m)?;
+        let parent = st.overlay.parent.clone();
+        st.overlay = Arc::new(st.overlay.reshaped(new_size / BS, parent));
+        st.size = new_size;
+        Ok(())
+    }
+
+    /// Bounds the chain depth: merges every sealed layer above the bottom one (usually
+    /// the image, shared by many disks) into one new layer. Returns the new layer, or
+    /// `None` when fewer than two layers sit above the bottom. Runs while the disk is in
+    /// use; only the final swap takes the write lock.
+    pub fn compact(&self) -> Result<Option<LayerId>> {
+        self.compact_from(1)
+    }
+
+    /// Merges the sealed layers from position `from` (0 = bottom) up to the top of the
+    /// chain into one new layer. `None` when that run has fewer than two layers.
+    pub fn compact_from(&self, from: usize) -> Result<Option<LayerId>> {
+        self.check_usable()?;
+        let _one = self.compact_lock.lock();
+        let run: Vec<Arc<Layer>> = {
+            let st = self.state.read();
+            st.chain.get(from..).unwrap_or(&[]).to_vec()
+        };
+        if run.len() < 2 {
+            return Ok(None);
+        }
+        let _gc = self.store.gc_shared()?;
+        let merged = compact::merge(&self.store, &run)?;
+        self.swap_in(from, &run, merged).map(Some)
+    }
+
+    /// Replaces `run` (now at `from..from + run.len()`) by `merged` and re-parents the
+    /// overlay. The manifest is the commit point; an overlay whose parent disagrees with
+    /// it is re-parented on the next open.
+    fn swap_in(&self, from: usize, run: &[Arc<Layer>], merged: Arc<Layer>) -> Result<LayerId> {
+        let mut st = self.state.write();
+        let top = run.last().map(|l| &l.id);
+        if st.chain.len() != from + run.len() || st.chain.last().map(|l| &l.id) != top {
+            return Err(Error::io(
+                "compaction raced with a seal; try again",
+                std::io::ErrorKind::Interrupted.into(),
+            ));
+        }
+        st.chain.truncate(from);
+        st.chain.push(merged.clone());
+        self.store.write_manifest(&self.name, &st.manifest())?;
+        let size = st.overlay.size_blocks;
+        st.overlay = Arc::new(st.overlay.reshaped(size, Some(merged.id.clone())));
+        let _f = self.flush_lock.lock();
+        st.overlay.flush()?;
+        Ok(merged.id.clone())
+    }
+
+    /// Locks the stripes covering blocks `first..=last`, in ascending order.
+    fn lock_stripes(&self, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
+        if last - first + 1 >= STRIPES as u64 {
+            return self.stripes.iter().map(|m| m.lock()).collect();
+        }
+        let mut idx: Vec<usize> = (first..=last)
+            .map(|b| (b % STRIPES as u64) as usize)
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Reads the whole blocks from `first` into `dst`, one read per run of blocks that
+    /// resolve to the same layer.
+    fn read_full(&self, st: &State, first: u64, dst: &mut [u8]) -> Result<()> {
+        let n = (dst.len() / BSU) as u64;
+        let mut i = 0;
+        while i < n {
+            let src = st.resolve(first + i);
+            let mut j = i + 1;
+            while j < n && j - i < MAX_RUN && st.resolve(first + j) == src {
+                j += 1;
+            }
+            let part = &mut dst[(i * BS) as usize..(j * BS) as usize];
+            match src {
+                Source::Zero => part.fill(0),
+                Source::Layer(k) => st.layer(k).read_blocks(first + i, part)?,
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    fn read_locked(&self, st: &State, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let off = offset + pos as u64;
+            let (b, in_off) = (off / BS, (off % BS) as usize);
+            let rest = buf.len() - pos;
+            if in_off != 0 || rest < BSU {
+                let n = (BSU - in_off).min(rest);
+                let mut blk = AlignedBuf::new(BSU);
+                self.read_full(st, b, &mut blk)?;
+                buf[pos..pos + n].copy_from_slice(&blk[in_off..in_off + n]);
+                pos += n;
+            } else {
+                let n = rest / BSU * BSU;
+                self.read_full(st, b, &mut buf[pos..pos + n])?;
+                pos += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes (`src` = Some) or zeroes (`src` = None) `len` bytes at `offset`. Partial
+    /// blocks are read, patched and written whole. Callers hold the stripe locks.
+    fn modify(&self, st: &State, offset: u64, len: usize, src: Option<&[u8]>) -> Result<()> {
+        let mut pos = 0usize;
+        while pos < len {
+            let off = offset + pos as u64;
+            let (b, in_off) = (off / BS, (off % BS) as usize);
+            let rest = len - pos;
+            if in_off != 0 || rest < BSU {
+                let n = (BSU - in_off).min(rest);
+                let mut blk = AlignedBuf::new(BSU);
+                self.read_full(st, b, &mut blk)?;
+                match src {
+                    Some(d) => blk[in_off..in_off + n].copy_from_slice(&d[pos..pos + n]),
+                    None => blk[in_off..in_off + n].fill(0),
+                }
+                self.write_full(st, b, &blk)?;
+                pos += n;
+            } else {
+                let n = rest / BSU * BSU;
+                match src {
+                    Some(d) => self.write_full(st, b, &d[pos..pos + n])?,
+                    None => self.zero_blocks(st, b, (n / BSU) as u64)?,
+                }
+                pos += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes whole blocks: runs of all-zero blocks become zero bits and holes, runs of
+    /// data are written in one call each.
+    fn write_full(&self, st: &State, first: u64, data: &[u8]) -> Result<()> {
+        let blocks: Vec<&[u8]> = data.chunks_exact(BSU).collect();
+        let zero: Vec<bool> = blocks.iter().map(|b| is_zero(b)).collect();
+        let n = blocks.len();
+        let mut i = 0;
+        while i < n {
+            let mut j = i + 1;
+            while j < n && (j - i) < MAX_RUN as usize && zero[j] == zero[i] {
+                j += 1;
+            }
+            if zero[i] {
+                self.zero_blocks(st, first + i as u64, (j - i) as u64)?;
+            } else {
+                self.write_data(st, first + i as u64, &data[i * BSU..j * BSU])?;
+            }
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Data first, then the bits: a racing reader sees the old or the new block.
+    fn write_data(&self, st: &State, first: u64, data: &[u8]) -> Result<()> {
+        let ov = &st.overlay;
+        ov.write_blocks(first, data)?;
+        for (i, block) in data.chunks_exact(BSU).enumerate() {
+            let b = first + i as u64;
+            ov.hashes.set(b, xxh3_64(block));
+            if !ov.dirty.get(b) {
+                ov.dirty.set(b);
+            }
+            if ov.zero.get(b) {
+                ov.zero.clear(b);
+            }
+        }
+        ov.changed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Marks blocks as zero (zero bit before dirty bit) and frees their data.
+    fn zero_blocks(&self, st: &State, first: u64, count: u64) -> Result<()> {
+        let ov = &st.overlay;
+        let mut held_data = false;
+        for b in first..first + count {
+            if ov.dirty.get(b) {
+                held_data |= !ov.zero.get(b);
+                ov.zero.set(b);
+            } else if !st.chain_reads_zero(b) {
+                ov.zero.set(b);
+                ov.dirty.set(b);
+            } else {
+                continue;
+            }
+            ov.changed.store(true, Ordering::Release);
+        }
+        if held_data {
+            ov.punch(first, count)?;
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for Disk {
+    fn size(&self) -> u64 {
+        self.state.read().size
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let st = self.state.read();
+        check_range("read", offset, buf.len() as u64, st.size)?;
+        self.read_locked(&st, buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.check_usable()?;
+        let st = self.state.read();
+        check_range("write", offset, buf.len() as u64, st.size)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let _g = self.lock_stripes(offset / BS, (offset + buf.len() as u64 - 1) / BS);
+        self.modify(&st, offset, buf.len(), Some(buf))
+    }
+
+    fn flush(&self) -> Result<()> {
+        let st = self.state.read();
+        let _f = self.flush_lock.lock();
+        st.overlay.flush()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.write_zeroes(offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_usable()?;
+        let st = self.state.read();
+        check_range("write-zeroes", offset, len, st.size)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let _g = self.lock_stripes(offset / BS, (offset + len - 1) / BS);
+        let len = usize::try_from(len).map_err(|_| Error::OutOfRange {
+            op: "write-zeroes",
+            offset,
+            len,
+            size: st.size,
+        })?;
+        self.modify(&st, offset, len, None)
+    }
+}
+
+/// Parent links along the chain must match the manifest order.
+fn check_chain(name: &str, chain: &[Arc<Layer>]) -> Result<()> {
+    let mut expected: Option<&LayerId> = None;
+    for l in chain {
+        if l.parent.as_ref() != expected {
+            return Err(Error::BadManifest {
+                name: name.to_owned(),
+                reason: format!("layer {} does not sit on {:?}", l.id, expected),
+            });
+        }
+        expected = Some(&l.id);
+    }
+    Ok(())
+}
+
+/// Opens the overlay writable, re-parenting it onto the manifest's chain top (after an
+/// interrupted compaction) and sizing it to the manifest (after an interrupted grow).
+fn open_overlay(store: &Store, name: &str, m: &Manifest, chain: &[Arc<Layer>]) -> Result<Layer> {
+    let dir = store.layer_dir(&m.overlay);
+    let overlay = Layer::open(&dir, &m.overlay, true, store.opts().direct_io)?;
+    let blocks = m.size / BS;
+    if overlay.is_sealed() || overlay.size_blocks > blocks {
+        return Err(Error::BadManifest {
+            name: name.to_owned(),
+            reason: format!("overlay {} is sealed or larger than the disk", overlay.id),
+        });
+    }
+    let top = chain.last().map(|l| l.id.clone());
+    if overlay.parent == top && overlay.size_blocks == blocks {
+        return Ok(overlay);
+    }
+    let fixed = overlay.reshaped(blocks, top);
+    fixed.flush()?;
+    Ok(fixed)
+}

@@ -1,0 +1,524 @@
+//! The store: a directory of layers, disk manifests and refs.
+//!
+//! ```text
+//! <root>/layers/<id>/{meta,data}   one directory per layer
+//! <root>/disks/<name>.json         disk manifest: size, sealed chain, overlay
+//! <root>/disks/<name>.lock         flock held by the process that has the disk open
+//! <root>/refs/<name>               a layer id pinned by name
+//! <root>/tmp/                      staging for compaction, import and gc
+//! <root>/gc.lock                   gc holds it exclusively; publishers hold it shared
+//! ```
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{self, FileLock};
+use crate::id::{validate_name, LayerId};
+use crate::layer::Layer;
+use crate::{Error, Result, BLOCK_SIZE};
+
+/// Options for opening a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreOptions {
+    /// Open layer data files with O_DIRECT (bypassing the host page cache).
+    pub direct_io: bool,
+}
+
+/// What `Store::layer_info` reports about a layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerInfo {
+    pub id: LayerId,
+    pub parent: Option<LayerId>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Blocks the layer holds (data and zero).
+    pub held_blocks: u64,
+    /// Held blocks known to be zero.
+    pub zero_blocks: u64,
+    /// Bytes the data file occupies on disk.
+    pub bytes_on_disk: u64,
+    /// Hex blake3 checksum of the metadata, for sealed layers.
+    pub checksum: Option<String>,
+    pub sealed: bool,
+}
+
+/// What `Store::gc` removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcStats {
+    pub layers_deleted: usize,
+    pub bytes_freed: u64,
+    pub tmp_entries_deleted: usize,
+}
+
+/// A disk manifest, `disks/<name>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Manifest {
+    pub version: u32,
+    pub size: u64,
+    /// Sealed layers, bottom to top.
+    pub chain: Vec<LayerId>,
+    pub overlay: LayerId,
+}
+
+pub(crate) struct Inner {
+    pub root: PathBuf,
+    pub opts: StoreOptions,
+    cache: Mutex<HashMap<LayerId, Weak<Layer>>>,
+}
+
+/// A block store rooted at a directory. Cheap to clone; safe to share between threads.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Opens the store at `root` with default options, creating it if missing.
+    pub fn open(root: &Path) -> Result<Store> {
+        Store::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens the store at `root`, creating its directories if missing, and recovers from
+    /// interrupted operations (see `docs/blockstore.md`).
+    pub fn open_with(root: &Path, opts: StoreOptions) -> Result<Store> {
+        for sub in ["", "layers", "disks", "refs", "tmp"] {
+            let dir = root.join(sub);
+            fs::create_dir_all(&dir)
+                .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        }
+        let store = Store {
+            inner: Arc::new(Inner {
+                root: root.to_owned(),
+                opts,
+                cache: Mutex::new(HashMap::new()),
+            }),
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    pub(crate) fn opts(&self) -> StoreOptions {
+        self.inner.opts
+    }
+
+    pub(crate) fn dir(&self, sub: &str) -> PathBuf {
+        self.inner.root.join(sub)
+    }
+
+    pub(crate) fn layer_dir(&self, id: &LayerId) -> PathBuf {
+        self.dir("layers").join(id.as_str())
+    }
+
+    fn manifest_path(&self, name: &str) -> PathBuf {
+        self.dir("disks").join(format!("{name}.json"))
+    }
+
+    pub(crate) fn disk_lock_path(&self, name: &str) -> PathBuf {
+        self.dir("disks").join(format!("{name}.lock"))
+    }
+
+    /// Takes the shared side of the gc lock: held from creating a layer until a
+    /// reference to it is published.
+    pub(crate) fn gc_shared(&self) -> Result<FileLock> {
+        let lock = fsutil::lock(&self.dir("gc.lock"), false, true)?;
+        lock.ok_or_else(|| Error::io("lock gc.lock", std::io::ErrorKind::WouldBlock.into()))
+    }
+
+    fn recover(&self) -> Result<()> {
+        if let Some(_gc) = fsutil::lock(&self.dir("gc.lock"), true, false)? {
+            self.clean_tmp()?;
+        }
+        for name in self.list_disks()? {
+            if let Some(_lock) = fsutil::lock(&self.disk_lock_path(&name), true, false)? {
+                self.finish_interrupted_seal(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes everything staged in tmp/. Callers hold the gc lock exclusively.
+    fn clean_tmp(&self) -> Result<usize> {
+        let tmp = self.dir("tmp");
+        let mut n = 0;
+        for entry in read_dir(&tmp)? {
+            let path = entry.path();
+            let res = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            res.map_err(|e| Error::io(format!("remove {}", path.display()), e))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// A seal that wrote the sealed overlay metadata but not the manifest is completed:
+    /// the sealed overlay joins the chain under a fresh overlay. Callers hold the disk lock.
+    pub(crate) fn finish_interrupted_seal(&self, name: &str) -> Result<Manifest> {
+        let mut m = self.read_manifest(name)?;
+        let header = Layer::read_header(&self.layer_dir(&m.overlay), &m.overlay)?;
+        if !header.sealed {
+            return Ok(m);
+        }
+        let _gc = self.gc_shared()?;
+        let fresh = self.create_layer(Some(m.overlay.clone()), m.size / BLOCK_SIZE)?;
+        m.chain
+            .push(std::mem::replace(&mut m.overlay, fresh.id.clone()));
+        self.write_manifest(name, &m)?;
+        Ok(m)
+    }
+
+    /// Creates an empty unsealed layer in layers/. Callers hold the gc lock shared until
+    /// they publish a reference to it.
+    pub(crate) fn create_layer(&self, parent: Option<LayerId>, blocks: u64) -> Result<Layer> {
+        let id = LayerId::random()?;
+        let layer = Layer::create(
+            &self.layer_dir(&id),
+            id,
+            parent,
+            blocks,
+            self.opts().direct_io,
+        )?;
+        fsutil::fsync_dir(&self.dir("layers"))?;
+        Ok(layer)
+    }
+
+    pub(crate) fn read_manifest(&self, name: &str) -> Result<Manifest> {
+        validate_name(name)?;
+        let path = self.manifest_path(name);
+        let bytes = match fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::DiskNotFound(name.to_owned()))
+            }
+            r => r.map_err(|e| Error::io(format!("read {}", path.display()), e))?,
+        };
+        let bad = |reason: String| Error::BadManifest {
+            name: name.to_owned(),
+            reason,
+        };
+        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        if m.version != 1 || !m.size.is_multiple_of(BLOCK_SIZE) {
+            return Err(bad(format!("version {} size {}", m.version, m.size)));
+        }
+        Ok(m)
+    }
+
+    pub(crate) fn write_manifest(&self, name: &str, m: &Manifest) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(m).map_err(|e| Error::BadManifest {
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })?;
+        fsutil::atomic_write(&self.dir("disks"), &format!("{name}.json"), &bytes)
+    }
+
+    /// Loads a sealed layer, sharing one in-memory copy per store.
+    pub(crate) fn load_sealed(&self, id: &LayerId) -> Result<Arc<Layer>> {
+        if let Some(layer) = self.inner.cache.lock().get(id).and_then(Weak::upgrade) {
+            return Ok(layer);
+        }
+        let layer = Layer::open(&self.layer_dir(id), id, false, self.opts().direct_io)?;
+        if !layer.is_sealed() {
+            return Err(Error::NotSealed(id.to_string()));
+        }
+        Ok(self.cache_layer(layer))
+    }
+
+    pub(crate) fn cache_layer(&self, layer: Layer) -> Arc<Layer> {
+        let layer = Arc::new(layer);
+        self.cache_arc(&layer);
+        layer
+    }
+
+    pub(crate) fn cache_arc(&self, layer: &Arc<Layer>) {
+        let mut cache = self.inner.cache.lock();
+        cache.retain(|_, w| w.strong_count() > 0);
+        cache.insert(layer.id.clone(), Arc::downgrade(layer));
+    }
+
+    /// Creates a disk of `size` bytes: an empty overlay over `base`'s chain (a fork) or
+    /// over nothing. O(1): no data is copied.
+    pub fn create_disk(&self, name: &str, size: u64, base: Option<&LayerId>) -> Result<()> {
+        validate_name(name)?;
+        check_size(size)?;
+        let _disk = fsutil::lock(&self.disk_lock_path(name), true, false)?
+            .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
+        if self.manifest_path(name).exists() {
+            return Err(Error::DiskExists(name.to_owned()));
+        }
+        let _gc = self.gc_shared()?;
+        let chain = match base {
+            Some(b) => self.checked_base(b, size)?,
+            None => Vec::new(),
+        };
+        let overlay = self.create_layer(base.cloned(), size / BLOCK_SIZE)?;
+        let m = Manifest {
+            version: 1,
+            size,
+            chain,
+            overlay: overlay.id.clone(),
+        };
+        self.write_manifest(name, &m)
+    }
+
+    fn checked_base(&self, base: &LayerId, size: u64) -> Result<Vec<LayerId>> {
+        let header = Layer::read_header(&self.layer_dir(base), base)?;
+        if !header.sealed {
+            return Err(Error::NotSealed(base.to_string()));
+        }
+        if header.size_blocks * BLOCK_SIZE > size {
+            return Err(Error::InvalidSize {
+                size,
+                reason: "smaller than the base layer",
+            });
+        }
+        self.chain_of(base)
+    }
+
+    /// Deletes a disk that no one has open; its overlay goes with it, sealed layers stay
+    /// until `gc`.
+    pub fn delete_disk(&self, name: &str) -> Result<()> {
+        let _disk = fsutil::lock(&self.disk_lock_path(name), true, false)?
+            .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
+        let m = self.read_manifest(name)?;
+        let path = self.manifest_path(name);
+        fs::remove_file(&path).map_err(|e| Error::io(format!("remove {}", path.display()), e))?;
+        fsutil::fsync_dir(&self.dir("disks"))?;
+        let header = Layer::read_header(&self.layer_dir(&m.overlay), &m.overlay);
+        if header.is_ok_and(|h| !h.sealed) {
+            self.remove_layer_dir(&m.overlay)?;
+        }
+        let _ = fs::remove_file(self.disk_lock_path(name));
+        Ok(())
+    }
+
+    /// Moves a layer directory to tmp/ (atomically leaving layers/) and deletes it there.
+    fn remove_layer_dir(&self, id: &LayerId) -> Result<u64> {
+        let from = self.layer_dir(id);
+        let to = self.dir("tmp").join(format!("gc-{id}"));
+        let bytes = dir_bytes(&from);
+        fs::rename(&from, &to).map_err(|e| Error::io(format!("remove layer {id}"), e))?;
+        fsutil::fsync_dir(&self.dir("layers"))?;
+        fs::remove_dir_all(&to).map_err(|e| Error::io(format!("remove {}", to.display()), e))?;
+        self.inner.cache.lock().remove(id);
+        Ok(bytes)
+    }
+
+    /// The sealed chain of a disk, bottom to top, as its manifest records it.
+    pub fn disk_chain(&self, name: &str) -> Result<Vec<LayerId>> {
+        Ok(self.read_manifest(name)?.chain)
+    }
+
+    /// The size in bytes of a disk, as its manifest records it.
+    pub fn disk_size(&self, name: &str) -> Result<u64> {
+        Ok(self.read_manifest(name)?.size)
+    }
+
+    /// Names of all disks, sorted.
+    pub fn list_disks(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = read_dir(&self.dir("disks"))?
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".json")
+                    .map(String::from)
+            })
+            .filter(|n| validate_name(n).is_ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Pins a sealed layer (and so its whole chain) under `name`.
+    pub fn set_ref(&self, name: &str, layer: &LayerId) -> Result<()> {
+        validate_name(name)?;
+        let _gc = self.gc_shared()?;
+        self.set_ref_locked(name, layer)
+    }
+
+    /// `set_ref` for callers that already hold the gc lock.
+    pub(crate) fn set_ref_locked(&self, name: &str, layer: &LayerId) -> Result<()> {
+        let header = Layer::read_header(&self.layer_dir(layer), layer)?;
+        if !header.sealed {
+            return Err(Error::NotSealed(layer.to_string()));
+        }
+        fsutil::atomic_write(&self.dir("refs"), name, format!("{layer}\n").as_bytes())
+    }
+
+    /// The layer a ref points to.
+    pub fn get_ref(&self, name: &str) -> Result<LayerId> {
+        validate_name(name)?;
+        let path = self.dir("refs").join(name);
+        match fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::RefNotFound(name.to_owned()))
+            }
+            Err(e) => Err(Error::io(format!("read {}", path.display()), e)),
+            Ok(s) => s.trim().parse(),
+        }
+    }
+
+    /// Removes a ref; the layers it pinned stay until `gc`.
+    pub fn delete_ref(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let path = self.dir("refs").join(name);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::RefNotFound(name.to_owned()))
+            }
+            Err(e) => Err(Error::io(format!("remove {}", path.display()), e)),
+            Ok(()) => fsutil::fsync_dir(&self.dir("refs")),
+        }
+    }
+
+    /// All refs, sorted by name.
+    pub fn list_refs(&self) -> Result<Vec<(String, LayerId)>> {
+        let mut out = Vec::new();
+        for entry in read_dir(&self.dir("refs"))? {
+            let Some(name) = entry.file_name().to_str().map(String::from) else {
+                continue;
+            };
+            if validate_name(&name).is_ok() {
+                out.push((name.clone(), self.get_ref(&name)?));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Facts about one layer.
+    pub fn layer_info(&self, id: &LayerId) -> Result<LayerInfo> {
+        let layer = match self.load_sealed(id) {
+            Err(Error::NotSealed(_)) => {
+                Arc::new(Layer::open(&self.layer_dir(id), id, false, false)?)
+            }
+            r => r?,
+        };
+        Ok(LayerInfo {
+            id: id.clone(),
+            parent: layer.parent.clone(),
+            size: layer.size_blocks * BLOCK_SIZE,
+            held_blocks: layer.dirty.count_ones(),
+            zero_blocks: layer.zero.count_ones(),
+            bytes_on_disk: layer.bytes_on_disk(),
+            checksum: layer
+                .checksum()
+                .map(|c| blake3::Hash::from(c).to_hex().to_string()),
+            sealed: layer.is_sealed(),
+        })
+    }
+
+    /// The chain ending at `top`, bottom to top, following parent ids.
+    pub fn chain_of(&self, top: &LayerId) -> Result<Vec<LayerId>> {
+        let mut chain = vec![top.clone()];
+        let mut current = top.clone();
+        while let Some(parent) = Layer::read_header(&self.layer_dir(&current), &current)?.parent {
+            if chain.contains(&parent) || chain.len() > 100_000 {
+                return Err(Error::corrupt(&current, "parent chain has a cycle"));
+            }
+            chain.push(parent.clone());
+            current = parent;
+        }
+        chain.reverse();
+        Ok(chain)
+    }
+
+    /// Number of disks and refs whose chain contains `id`.
+    pub fn refcount(&self, id: &LayerId) -> Result<usize> {
+        Layer::read_header(&self.layer_dir(id), id)?;
+        let mut n = 0;
+        for name in self.list_disks()? {
+            let m = self.read_manifest(&name)?;
+            n += usize::from(m.chain.contains(id) || &m.overlay == id);
+        }
+        for (_, top) in self.list_refs()? {
+            n += usize::from(self.chain_of(&top)?.contains(id));
+        }
+        Ok(n)
+    }
+
+    /// Every layer some disk or ref references.
+    fn live_layers(&self) -> Result<HashSet<LayerId>> {
+        let mut live = HashSet::new();
+        for name in self.list_disks()? {
+            let m = self.read_manifest(&name)?;
+            live.extend(m.chain);
+            live.insert(m.overlay);
+        }
+        for (_, top) in self.list_refs()? {
+            live.extend(self.chain_of(&top)?);
+        }
+        Ok(live)
+    }
+
+    /// Deletes every layer no disk or ref references, and stale staging in tmp/.
+    pub fn gc(&self) -> Result<GcStats> {
+        let _gc = fsutil::lock(&self.dir("gc.lock"), true, true)?;
+        let live = self.live_layers()?;
+        let mut stats = GcStats::default();
+        for entry in read_dir(&self.dir("layers"))? {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|s| s.parse::<LayerId>().ok()) else {
+                continue;
+            };
+            if !live.contains(&id) {
+                stats.bytes_freed += self.remove_layer_dir(&id)?;
+                stats.layers_deleted += 1;
+            }
+        }
+        stats.tmp_entries_deleted = self.clean_tmp()?;
+        Ok(stats)
+    }
+
+    /// Re-reads every data block of a layer and checks it and the metadata checksum.
+    pub fn verify(&self, id: &LayerId) -> Result<()> {
+        let layer = Layer::open(&self.layer_dir(id), id, false, self.opts().direct_io)?;
+        if !layer.is_sealed() {
+            return Err(Error::NotSealed(id.to_string()));
+        }
+        layer.verify()
+    }
+}
+
+/// Checks a disk size: positive, block aligned, at most the supported maximum.
+pub(crate) fn check_size(size: u64) -> Result<()> {
+    if !size.is_multiple_of(BLOCK_SIZE) {
+        return Err(Error::Unaligned {
+            what: "disk size",
+            value: size,
+        });
+    }
+    if size == 0 || size / BLOCK_SIZE > crate::meta::MAX_BLOCKS {
+        return Err(Error::InvalidSize {
+            size,
+            reason: "must be between 4 KiB and 1 TiB",
+        });
+    }
+    Ok(())
+}
+
+fn read_dir(dir: &Path) -> Result<impl Iterator<Item = fs::DirEntry>> {
+    let rd = fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
+    Ok(rd.filter_map(|e| e.ok()))
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fs::read_dir(dir).map_or(0, |rd| {
+        rd.filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    })
+}
