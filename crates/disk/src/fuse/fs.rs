@@ -1,0 +1,365 @@
+//! The exported filesystem: a root directory holding one regular file, `disk`, whose
+//! bytes are the block device's. Each request is answered from the device directly.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use blockstore::{BlockDevice, BLOCK_SIZE};
+use serde::{Deserialize, Serialize};
+
+use super::abi::{self, op, Attr, Fields, InHeader, Out};
+
+/// Inode number of the exported file.
+pub const FILE_ID: u64 = 2;
+/// Name of the exported file inside the mount.
+pub const FILE_NAME: &str = "disk";
+/// Largest READ or WRITE the kernel sends (`max_write`, `max_read`): 1 MiB.
+pub const MAX_IO: usize = 1 << 20;
+
+const S_IFREG: u32 = 0o100000;
+const S_IFDIR: u32 = 0o040000;
+const DT_DIR: u32 = 4;
+const DT_REG: u32 = 8;
+const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
+const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
+const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
+
+/// How the kernel is told to treat the file and the connection.
+#[derive(Clone, Copy, Debug)]
+pub struct FsOptions {
+    /// Requests the kernel may keep in flight (`max_background`); async direct I/O from
+    /// the loop device is bounded by it.
+    pub max_background: u16,
+    /// `fuse_open_out.open_flags` for every open of the file.
+    pub open_flags: u32,
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            max_background: 128,
+            open_flags: 0,
+        }
+    }
+}
+
+/// I/O counters of one export.
+#[derive(Debug, Default)]
+pub struct IoStats {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub discards: AtomicU64,
+    pub write_zeroes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A copy of the counters, for reports.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IoCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    pub write_zeroes: u64,
+    pub errors: u64,
+}
+
+impl IoStats {
+    pub fn snapshot(&self) -> IoCounters {
+        IoCounters {
+            reads: self.reads.load(Relaxed),
+            read_bytes: self.read_bytes.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            write_bytes: self.write_bytes.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            discards: self.discards.load(Relaxed),
+            write_zeroes: self.write_zeroes.load(Relaxed),
+            errors: self.errors.load(Relaxed),
+        }
+    }
+}
+
+/// What to send back for one request.
+pub enum Reply {
+    /// The request takes no reply (FORGET, INTERRUPT).
+    None,
+    /// A negative-errno reply.
+    Error(i32),
+    /// A reply body.
+    Body(Out),
+    /// READ data: the first `n` bytes of the thread's data buffer.
+    Data(usize),
+}
+
+/// The filesystem served over one FUSE connection.
+pub struct DiskFs {
+    dev: Arc<dyn BlockDevice>,
+    stats: Arc<IoStats>,
+    opts: FsOptions,
+}
+
+impl DiskFs {
+    pub fn new(dev: Arc<dyn BlockDevice>, stats: Arc<IoStats>, opts: FsOptions) -> Self {
+        DiskFs { dev, stats, opts }
+    }
+
+    /// The INIT reply, or `None` when the kernel speaks another major version.
+    pub fn init(&self, arg: &[u8]) -> Option<Out> {
+        let mut f = Fields::new(arg);
+        let (major, _minor, readahead, kflags) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        if major != abi::KERNEL_VERSION {
+            return None;
+        }
+        use abi::init_flag::*;
+        let want = ASYNC_READ | BIG_WRITES | ASYNC_DIO | PARALLEL_DIROPS | MAX_PAGES;
+        let mut out = Out::default();
+        out.u32(abi::KERNEL_VERSION).u32(abi::KERNEL_MINOR_VERSION);
+        out.u32(readahead).u32(kflags & want);
+        let bg = self.opts.max_background;
+        out.u16(bg).u16(bg - bg / 4).u32(MAX_IO as u32).u32(1);
+        out.u16((MAX_IO / 4096) as u16).u16(0).u32(0).zeros(7 * 4);
+        Some(out)
+    }
+
+    /// Answers one request. `arg` is the request after its header; `data` holds a
+    /// WRITE's payload on entry and receives a READ's data.
+    pub fn handle(&self, h: &InHeader, arg: &[u8], data: &mut [u8]) -> Reply {
+        match h.opcode {
+            op::FORGET | op::BATCH_FORGET | op::INTERRUPT => Reply::None,
+            op::LOOKUP => self.lookup(h.nodeid, arg),
+            op::GETATTR | op::SETATTR => self.setattr(h.opcode, h.nodeid, arg),
+            op::OPEN => self.open(h.nodeid),
+            op::OPENDIR => open_out(0),
+            op::READ => self.read(arg, data),
+            op::WRITE => self.write(arg, data),
+            op::FALLOCATE => self.fallocate(arg),
+            op::FSYNC => self.fsync(),
+            op::READDIR => readdir(h.nodeid, arg),
+            op::STATFS => self.statfs(),
+            op::FLUSH | op::RELEASE | op::RELEASEDIR | op::FSYNCDIR | op::ACCESS => ok(),
+            op::DESTROY => ok(),
+            op::GETXATTR | op::LISTXATTR => Reply::Error(libc::ENOSYS),
+            _ => Reply::Error(libc::ENOSYS),
+        }
+    }
+
+    fn attr(&self, nodeid: u64) -> Option<Attr> {
+        match nodeid {
+            abi::ROOT_ID => Some(Attr {
+                ino: abi::ROOT_ID,
+                size: 0,
+                mode: S_IFDIR | 0o755,
+                nlink: 2,
+            }),
+            FILE_ID => Some(Attr {
+                ino: FILE_ID,
+                size: self.dev.size(),
+                mode: S_IFREG | 0o600,
+                nlink: 1,
+            }),
+            _ => None,
+        }
+    }
+
+    fn lookup(&self, parent: u64, arg: &[u8]) -> Reply {
+        let name = arg.split(|&b| b == 0).next().unwrap_or_default();
+        if parent != abi::ROOT_ID || name != FILE_NAME.as_bytes() {
+            return Reply::Error(libc::ENOENT);
+        }
+        match self.attr(FILE_ID) {
+            Some(a) => Reply::Body(abi::entry_out(&a)),
+            None => Reply::Error(libc::ENOENT),
+        }
+    }
+
+    /// GETATTR, and SETATTR where only a truncate to the current size is allowed: the
+    /// size changes through the disk server's grow, never through the file.
+    fn setattr(&self, opcode: u32, nodeid: u64, arg: &[u8]) -> Reply {
+        let Some(attr) = self.attr(nodeid) else {
+            return Reply::Error(libc::ENOENT);
+        };
+        if opcode == op::SETATTR {
+            let mut f = Fields::new(arg);
+            let valid = f.u32().unwrap_or(0);
+            let size = f.skip(12).and_then(|_| f.u64());
+            if valid & abi::FATTR_SIZE != 0 && size != Some(attr.size) {
+                return Reply::Error(libc::EPERM);
+            }
+        }
+        Reply::Body(abi::attr_out(&attr))
+    }
+
+    fn open(&self, nodeid: u64) -> Reply {
+        match nodeid {
+            FILE_ID => open_out(self.opts.open_flags),
+            _ => Reply::Error(libc::EISDIR),
+        }
+    }
+
+    /// Clamps `[off, off + len)` to the device; `None` when it starts past the end.
+    fn clamp(&self, off: u64, len: u64) -> Option<u64> {
+        let size = self.dev.size();
+        (off <= size).then(|| len.min(size - off))
+    }
+
+    fn read(&self, arg: &[u8], data: &mut [u8]) -> Reply {
+        let mut f = Fields::new(arg);
+        let (Some(_fh), Some(off), Some(len)) = (f.u64(), f.u64(), f.u32()) else {
+            return Reply::Error(libc::EINVAL);
+        };
+        let Some(n) = self.clamp(off, (len as usize).min(data.len()) as u64) else {
+            return Reply::Data(0);
+        };
+        let n = n as usize;
+        bump(&self.stats.reads, &self.stats.read_bytes, n);
+        self.check(self.dev.read_at(&mut data[..n], off))
+            .map_or_else(Reply::Error, |_| Reply::Data(n))
+    }
+
+    fn write(&self, arg: &[u8], data: &[u8]) -> Reply {
+        let mut f = Fields::new(arg);
+        let (Some(_fh), Some(off), Some(len)) = (f.u64(), f.u64(), f.u32()) else {
+            return Reply::Error(libc::EINVAL);
+        };
+        let len = len as usize;
+        if len > data.len() {
+            return Reply::Error(libc::EINVAL);
+        }
+        if self.clamp(off, len as u64) != Some(len as u64) {
+            return Reply::Error(libc::EFBIG);
+        }
+        bump(&self.stats.writes, &self.stats.write_bytes, len);
+        match self.check(self.dev.write_at(&data[..len], off)) {
+            Ok(()) => {
+                let mut out = Out::default();
+                out.u32(len as u32).u32(0);
+                Reply::Body(out)
+            }
+            Err(e) => Reply::Error(e),
+        }
+    }
+
+    fn fallocate(&self, arg: &[u8]) -> Reply {
+        let mut f = Fields::new(arg);
+        let (Some(_fh), Some(off), Some(len), Some(mode)) = (f.u64(), f.u64(), f.u64(), f.u32())
+        else {
+            return Reply::Error(libc::EINVAL);
+        };
+        let Some(len) = self.clamp(off, len) else {
+            return Reply::Error(libc::EINVAL);
+        };
+        let res = match mode & !FALLOC_FL_KEEP_SIZE {
+            0 if mode & FALLOC_FL_KEEP_SIZE != 0 || len > 0 => Ok(()),
+            FALLOC_FL_PUNCH_HOLE => self.discard(off, len),
+            FALLOC_FL_ZERO_RANGE => {
+                self.stats.write_zeroes.fetch_add(1, Relaxed);
+                self.dev.write_zeroes(off, len)
+            }
+            _ => return Reply::Error(libc::EOPNOTSUPP),
+        };
+        self.check(res).map_or_else(Reply::Error, |_| ok())
+    }
+
+    /// Discards the whole blocks of the range; partial blocks at either end are zeroed.
+    fn discard(&self, off: u64, len: u64) -> blockstore::Result<()> {
+        self.stats.discards.fetch_add(1, Relaxed);
+        let end = off + len;
+        let (lo, hi) = (
+            off.next_multiple_of(BLOCK_SIZE),
+            end / BLOCK_SIZE * BLOCK_SIZE,
+        );
+        if lo >= hi {
+            return self.dev.write_zeroes(off, len);
+        }
+        if off < lo {
+            self.dev.write_zeroes(off, lo - off)?;
+        }
+        self.dev.discard(lo, hi - lo)?;
+        if hi < end {
+            self.dev.write_zeroes(hi, end - hi)?;
+        }
+        Ok(())
+    }
+
+    fn fsync(&self) -> Reply {
+        self.stats.flushes.fetch_add(1, Relaxed);
+        self.check(self.dev.flush())
+            .map_or_else(Reply::Error, |_| ok())
+    }
+
+    fn statfs(&self) -> Reply {
+        let blocks = self.dev.size() / BLOCK_SIZE;
+        let mut out = Out::default();
+        out.u64(blocks).u64(0).u64(0).u64(2).u64(0);
+        out.u32(BLOCK_SIZE as u32)
+            .u32(255)
+            .u32(BLOCK_SIZE as u32)
+            .u32(0);
+        out.zeros(6 * 4);
+        Reply::Body(out)
+    }
+
+    /// Turns a device result into an errno, counting and logging failures.
+    fn check(&self, res: blockstore::Result<()>) -> Result<(), i32> {
+        res.map_err(|e| {
+            self.stats.errors.fetch_add(1, Relaxed);
+            eprintln!("disk I/O failed: {e}");
+            errno_of(&e)
+        })
+    }
+}
+
+/// Adds one operation of `bytes` bytes to a pair of counters.
+fn bump(ops: &AtomicU64, total: &AtomicU64, bytes: usize) {
+    ops.fetch_add(1, Relaxed);
+    total.fetch_add(bytes as u64, Relaxed);
+}
+
+fn errno_of(e: &blockstore::Error) -> i32 {
+    match e {
+        blockstore::Error::OutOfRange { .. } => libc::EINVAL,
+        blockstore::Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        #[allow(unreachable_patterns)]
+        _ => libc::EIO,
+    }
+}
+
+fn ok() -> Reply {
+    Reply::Body(Out::default())
+}
+
+fn open_out(flags: u32) -> Reply {
+    let mut out = Out::default();
+    out.u64(0).u32(flags).u32(0);
+    Reply::Body(out)
+}
+
+fn readdir(nodeid: u64, arg: &[u8]) -> Reply {
+    if nodeid != abi::ROOT_ID {
+        return Reply::Error(libc::ENOTDIR);
+    }
+    let mut f = Fields::new(arg);
+    let (Some(_fh), Some(start), Some(size)) = (f.u64(), f.u64(), f.u32()) else {
+        return Reply::Error(libc::EINVAL);
+    };
+    let entries = [
+        (abi::ROOT_ID, ".", DT_DIR),
+        (abi::ROOT_ID, "..", DT_DIR),
+        (FILE_ID, FILE_NAME, DT_REG),
+    ];
+    let mut out = Out::default();
+    for (i, (ino, name, dtype)) in entries.iter().enumerate().skip(start as usize) {
+        let before = out.0.len();
+        abi::dirent(&mut out, *ino, i as u64 + 1, name, *dtype);
+        if out.0.len() > size as usize {
+            out.0.truncate(before);
+            break;
+        }
+    }
+    Reply::Body(out)
+}
