@@ -1,0 +1,318 @@
+"""Snapshots (checkpoints as persistent objects) and fork fan-out results."""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
+
+from . import errors
+from ._transport import Client
+from .models import CheckpointType, SandboxInfo, _enum_or_str, parse_time
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class _hybridmethod:
+    """A method callable on an instance (``snap.delete()``) or on the class with an
+    id as first argument (``Snapshot.delete(snapshot_id)``)."""
+
+    def __init__(self, func: Callable[..., Any]):
+        self.func = func
+        functools.update_wrapper(self, func)  # type: ignore[arg-type]
+
+    def __get__(self, obj: Any, owner: type) -> Callable[..., Any]:
+        return functools.partial(self.func, obj if obj is not None else owner)
+
+
+def fork_body(
+    count: int,
+    env: Optional[Mapping[str, str]] = None,
+    secrets_: Optional[Mapping[str, str]] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    per_child: Optional[List[Mapping[str, Any]]] = None,
+    name_prefix: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The API's fork request document."""
+    if int(count) < 1:
+        raise errors.InvalidArgumentError(f"fork count must be at least 1, got {count}", code="invalid_argument")
+    body: Dict[str, Any] = {"count": int(count)}
+    for key, value in (("env", env), ("secrets", secrets_), ("labels", labels)):
+        if value:
+            body[key] = dict(value)
+    if per_child is not None:
+        body["per_child"] = [dict(c) for c in per_child]
+    if name_prefix is not None:
+        body["name_prefix"] = name_prefix
+    return body
+
+
+class Snapshot:
+    """A checkpoint of a sandbox, stored by the daemon under a persistent id.
+
+    Start sandboxes from it with ``Sandbox.create(snapshot_id=snap.id)`` or
+    many at once with :meth:`fork`.
+    """
+
+    def __init__(self, doc: Dict[str, Any], client: Optional[Client] = None):
+        self._client = client or Client()
+        self._load(doc)
+
+    def _load(self, doc: Dict[str, Any]) -> None:
+        self.raw = doc
+        self.id: str = str(doc.get("id") or doc.get("snapshot_id"))
+        self.type = _enum_or_str(CheckpointType, doc.get("type"))
+        self.source_sandbox_id: Optional[str] = doc.get("source_sandbox_id")
+        self.name: Optional[str] = doc.get("name")
+        self.image: Optional[str] = doc.get("image")
+        self.size_bytes: int = int(doc.get("size_bytes") or 0)
+        self.created_at = parse_time(doc.get("created_at"))
+        self.cpus: Optional[float] = doc.get("cpus")
+        self.memory_mb: Optional[int] = doc.get("memory_mb")
+        self.disk_mb: Optional[int] = doc.get("disk_mb")
+        self.labels: Dict[str, str] = dict(doc.get("labels") or {})
+
+    def __repr__(self) -> str:
+        kind = self.type.value if isinstance(self.type, CheckpointType) else self.type
+        return f"Snapshot(id={self.id!r}, type={kind!r}, source={self.source_sandbox_id!r}, size_bytes={self.size_bytes})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Snapshot) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    @property
+    def snapshot_id(self) -> str:
+        """Alias of :attr:`id`."""
+        return self.id
+
+    @property
+    def sandbox_id(self) -> Optional[str]:
+        """Alias of :attr:`source_sandbox_id` (Tensorlake's name)."""
+        return self.source_sandbox_id
+
+    @property
+    def snapshot_type(self) -> Any:
+        """Alias of :attr:`type` (Tensorlake's name)."""
+        return self.type
+
+    @classmethod
+    def get(cls, snapshot_id: str, *, client: Optional[Client] = None) -> "Snapshot":
+        """Looks a snapshot up by id.
+
+        Raises:
+            SandboxNotFoundError: No snapshot has that id.
+        """
+        client = client or Client()
+        return cls(client.request_json("GET", f"/v1/snapshots/{snapshot_id}"), client)
+
+    @classmethod
+    def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> List["Snapshot"]:  # noqa: A002
+        """Lists snapshots, optionally only those of sandbox ``source`` or of one ``type``."""
+        client = client or Client()
+        kind = CheckpointType(type).value if type is not None else None
+        doc = client.request_json("GET", "/v1/snapshots", query={"source": source, "type": kind})
+        return [cls(d, client) for d in (doc or {}).get("snapshots", [])]
+
+    def refresh(self) -> "Snapshot":
+        """Reloads this snapshot's description from the daemon."""
+        self._load(self._client.request_json("GET", f"/v1/snapshots/{self.id}"))
+        return self
+
+    @classmethod
+    def delete_by_id(cls, snapshot_id: str, *, client: Optional[Client] = None) -> None:
+        """Deletes the snapshot with this id."""
+        (client or Client()).request("DELETE", f"/v1/snapshots/{snapshot_id}")
+
+    @_hybridmethod
+    def delete(target: Any, snapshot_id: Optional[str] = None, *, client: Optional[Client] = None) -> None:  # noqa: N805
+        """Deletes the snapshot: ``snap.delete()`` or ``Snapshot.delete(snapshot_id)``.
+
+        Sandboxes already restored from it keep working; its storage is freed
+        when the last of them goes.
+        """
+        if isinstance(target, Snapshot):
+            target.delete_by_id(target.id, client=target._client)
+        else:
+            if snapshot_id is None:
+                raise TypeError("Snapshot.delete() needs a snapshot id when called on the class")
+            target.delete_by_id(snapshot_id, client=client)
+
+    @_hybridmethod
+    def fork(target: Any, *args: Any, **kwargs: Any) -> "ForkResult":  # noqa: N805
+        """Starts ``count`` independent sandboxes from this snapshot in one call.
+
+        ``snap.fork(count, env=None, secrets=None, labels=None, per_child=None,
+        name_prefix=None)``, or on the class ``Snapshot.fork(snapshot_id, count, ...)``.
+        ``per_child`` is a list of ``{"env": ..., "labels": ...}``, one per child.
+
+        Returns a :class:`ForkResult`: the list of sandboxes that started,
+        with ``.errors`` for the children that failed.
+        """
+        if isinstance(target, Snapshot):
+            return target._fork(*args, **kwargs)
+        snapshot_id, *rest = args
+        client = kwargs.pop("client", None) or Client()
+        return Snapshot({"id": snapshot_id}, client)._fork(*rest, **kwargs)
+
+    def _fork(
+        self,
+        count: int = 1,
+        env: Optional[Mapping[str, str]] = None,
+        secrets: Optional[Mapping[str, str]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        per_child: Optional[List[Mapping[str, Any]]] = None,
+        name_prefix: Optional[str] = None,
+    ) -> "ForkResult":
+        body = fork_body(count, env, secrets, labels, per_child, name_prefix)
+        doc = self._client.request_json("POST", f"/v1/snapshots/{self.id}/fork", json_body=body, unbounded=True)
+        result = ForkResult.from_json(doc, self._client, source_sandbox_id=self.source_sandbox_id)
+        result.snapshot_id = result.snapshot_id or self.id
+        return result
+
+    def export(self, path: PathLike) -> int:
+        """Streams the snapshot into one local file (for :meth:`import_` on another host).
+
+        Returns the number of bytes written. The file appears complete or not at all.
+        """
+        target = os.fspath(path)
+        tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.sandfork-{secrets.token_hex(6)}")
+        response = self._client.open("POST", f"/v1/snapshots/{self.id}/export", unbounded=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        written = 0
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in response.iter_chunks():
+                    out.write(chunk)
+                    written += len(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            response.close()
+            _unlink_quietly(tmp)
+            raise
+        return written
+
+    @classmethod
+    def import_(cls, path: PathLike, *, client: Optional[Client] = None) -> "Snapshot":
+        """Streams a file made by :meth:`export` to the daemon, which verifies and stores it.
+
+        Raises:
+            InvalidArgumentError: The file is corrupt or not a snapshot export.
+        """
+        client = client or Client()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+            doc = client.request_json_body("POST", "/v1/snapshots/import", body=f, headers=headers)
+        return cls(doc, client)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+@dataclass
+class ForkChild:
+    """One child of a fork: its index and either its sandbox or why it failed."""
+
+    index: int
+    sandbox: Optional["Sandbox"] = None
+    error: Optional[errors.SandforkError] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when this child started."""
+        return self.sandbox is not None
+
+
+class ForkError(errors.SandforkError):
+    """Raised by :meth:`ForkResult.raise_for_errors` when any child failed.
+
+    ``.result`` is the :class:`ForkResult` (the children that did start are
+    still running: terminate them or use them).
+    """
+
+    def __init__(self, result: "ForkResult"):
+        failed = result.errors
+        first = failed[0].error
+        summary = f"{len(failed)} of {len(result.children)} forked children failed; first (index {failed[0].index}): {first.message if first else '?'}"
+        super().__init__(summary, code=first.code if first else "fork_failed")
+        self.result = result
+
+
+class ForkResult(List["Sandbox"]):
+    """The outcome of a fork: a list of the sandboxes that started.
+
+    Also carries :attr:`children` (every child with its index, sandbox or
+    error), :attr:`errors`, :attr:`snapshot_id` (the snapshot the children
+    came from) and :attr:`source_sandbox_id`. As a context manager it
+    terminates every child on exit.
+    """
+
+    def __init__(self, children: List[ForkChild], snapshot_id: Optional[str] = None, source_sandbox_id: Optional[str] = None):
+        super().__init__(c.sandbox for c in children if c.sandbox is not None)
+        self.children = children
+        self.snapshot_id = snapshot_id
+        self.source_sandbox_id = source_sandbox_id
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any], client: Client, source_sandbox_id: Optional[str] = None) -> "ForkResult":
+        """Decodes the daemon's ``{children: [...], snapshot_id?}`` fork answer."""
+        children = [_child_from_json(c, client) for c in (doc or {}).get("children", [])]
+        children.sort(key=lambda c: c.index)
+        return cls(children, (doc or {}).get("snapshot_id"), source_sandbox_id)
+
+    @property
+    def sandboxes(self) -> List["Sandbox"]:
+        """The children that started (Tensorlake's name)."""
+        return list(self)
+
+    @property
+    def errors(self) -> List[ForkChild]:
+        """The children that failed, each with ``.index`` and ``.error``."""
+        return [c for c in self.children if c.error is not None]
+
+    @property
+    def ok(self) -> bool:
+        """True when every child started."""
+        return not self.errors
+
+    def raise_for_errors(self) -> "ForkResult":
+        """Raises :class:`ForkError` if any child failed; returns ``self`` otherwise."""
+        if self.errors:
+            raise ForkError(self)
+        return self
+
+    def terminate_all(self) -> None:
+        """Terminates every child that started (ignoring ones already gone)."""
+        for sandbox in self:
+            try:
+                sandbox.terminate()
+            except errors.SandboxNotFoundError:
+                pass
+
+    def __enter__(self) -> "ForkResult":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate_all()
+
+
+def _child_from_json(doc: Dict[str, Any], client: Client) -> ForkChild:
+    from .sandbox import Sandbox
+
+    index = int(doc.get("index", 0))
+    if doc.get("sandbox"):
+        info = SandboxInfo.from_json(doc["sandbox"])
+        return ForkChild(index, sandbox=Sandbox(info.id, client=client, info=info, owned=True))
+    err = doc.get("error") or {}
+    return ForkChild(index, error=errors.error_from_event(err if isinstance(err, dict) else {"message": str(err)}))

@@ -1,0 +1,163 @@
+"""Checkpoints, snapshots, forks and suspend/resume against the real daemon.
+
+Skipped, with the reason, while the daemon's OpenAPI document lacks these routes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import sandfork
+from sandfork import CheckpointType, Sandbox, Snapshot, SandboxStatus
+
+pytestmark = [pytest.mark.daemon, pytest.mark.checkpoint, pytest.mark.usefixtures("checkpoint_routes")]
+
+# Holds a value only in memory and answers with it whenever /tmp/ask appears.
+MEMORY_HOLDER = "secret=$(cat /tmp/secret); rm /tmp/secret; while :; do if [ -e /tmp/ask ]; then rm /tmp/ask; echo $secret > /tmp/answer; fi; sleep 0.05; done"
+
+
+def _ask(sb: Sandbox, timeout: float = 10.0) -> str:
+    sb.write_file("/tmp/ask", "")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sb.exists("/tmp/answer"):
+            return sb.read_file("/tmp/answer").decode().strip()
+        time.sleep(0.05)
+    raise AssertionError(f"sandbox {sb.id} did not answer from memory within {timeout:g}s")
+
+
+def test_filesystem_checkpoint_restores_files_not_processes(daemon) -> None:
+    with Sandbox.create(memory_mb=128) as base:
+        base.write_file("/data/state.txt", "v1")
+        base.start_process("sleep", ["600"])
+        snap = base.checkpoint()
+        assert snap.type == CheckpointType.FILESYSTEM and snap.snapshot_id == snap.id
+        assert snap.source_sandbox_id == base.id and snap.created_at is not None
+        assert base.run("cat", ["/data/state.txt"]).stdout == "v1", "the source keeps running"
+        assert snap in base.list_snapshots() and snap in Snapshot.list(source=base.id)
+        assert Snapshot.get(snap.id).id == Sandbox.get_snapshot(snap.id).id == snap.id
+    with Sandbox.create(snapshot_id=snap.id) as restored:
+        assert restored.read_file("/data/state.txt") == b"v1"
+        assert restored.list_processes() == [], "a filesystem restore boots cold"
+    snap.delete()
+    with pytest.raises(sandfork.SandboxNotFoundError):
+        Snapshot.get(snap.id)
+
+
+def test_memory_checkpoint_restores_warm(daemon) -> None:
+    with Sandbox.create(memory_mb=128) as base:
+        base.write_file("/tmp/secret", "only-in-memory-42")
+        base.start_process("sh", ["-c", MEMORY_HOLDER])
+        time.sleep(0.5)
+        assert not base.exists("/tmp/secret")
+        snap = base.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        assert snap.type == CheckpointType.MEMORY and snap.size_bytes > 0
+    try:
+        with Sandbox.create(snapshot_id=snap.snapshot_id) as warm:
+            assert _ask(warm) == "only-in-memory-42"
+    finally:
+        Sandbox.delete_snapshot(snap.id)
+
+
+def test_fork_children_diverge(daemon) -> None:
+    with Sandbox.create(memory_mb=64) as base:
+        base.write_file("/shared.txt", "parent")
+        snap = base.checkpoint(CheckpointType.MEMORY)
+    try:
+        with snap.fork(3, per_child=[{"env": {"CHILD": str(i)}} for i in range(3)]) as children:
+            children.raise_for_errors()
+            assert len(children) == 3 and children.ok
+            ids = {c.id for c in children}
+            assert len(ids) == 3
+            for i, child in enumerate(children):
+                child.write_file(f"/mine-{i}.txt", str(i))
+            for i, child in enumerate(children):
+                names = {e.name for e in child.list_dir("/")}
+                assert f"mine-{i}.txt" in names and not (names & {f"mine-{j}.txt" for j in range(3) if j != i})
+                assert child.read_file("/shared.txt") == b"parent"
+                assert child.run("sh", ["-c", "echo $CHILD"]).stdout == f"{i}\n"
+                assert child.info().fork is not None
+        assert all(c.status == SandboxStatus.TERMINATED for c in children)
+    finally:
+        snap.delete()
+
+
+def test_sandbox_fork_keeps_the_source(daemon) -> None:
+    with Sandbox.create(memory_mb=64) as base:
+        base.write_file("/tmp/secret", "forked-value")
+        base.start_process("sh", ["-c", MEMORY_HOLDER])
+        time.sleep(0.5)
+        with base.fork(2) as children:
+            children.raise_for_errors()
+            assert children.snapshot_id
+            for child in children:
+                assert _ask(child) == "forked-value"
+        assert base.status == SandboxStatus.RUNNING
+        assert _ask(base) == "forked-value"
+        with base.copy(times=1) as copies:
+            assert len(copies.sandboxes) == 1
+        Snapshot.delete(children.snapshot_id)
+
+
+def test_deleting_a_snapshot_keeps_restored_sandboxes(daemon) -> None:
+    with Sandbox.create(memory_mb=64) as base:
+        base.write_file("/keep.txt", "kept")
+        snap = base.checkpoint()
+    with Sandbox.create(snapshot_id=snap.id) as restored:
+        snap.delete()
+        assert restored.read_file("/keep.txt") == b"kept"
+        restored.write_file("/more.txt", "x")
+        assert restored.run("cat", ["/keep.txt", "/more.txt"]).stdout == "keptx"
+
+
+def test_bad_snapshot_ids(daemon) -> None:
+    with pytest.raises(sandfork.SandboxNotFoundError):
+        Snapshot.get("snap-does-not-exist")
+    with pytest.raises(sandfork.SandboxNotFoundError):
+        Sandbox.create(snapshot_id="snap-does-not-exist")
+    with pytest.raises(sandfork.SandboxNotFoundError):
+        Snapshot.fork("snap-does-not-exist", 2)
+
+
+def test_export_import_round_trip(daemon, tmp_path: Path) -> None:
+    with Sandbox.create(memory_mb=64) as base:
+        base.write_file("/exported.txt", "travels")
+        snap = base.checkpoint()
+    try:
+        path = tmp_path / "snap.sfs"
+        assert snap.export(path) == path.stat().st_size > 0
+        imported = Snapshot.import_(path)
+        assert imported.type == CheckpointType.FILESYSTEM
+        with Sandbox.create(snapshot_id=imported.id) as sb:
+            assert sb.read_file("/exported.txt") == b"travels"
+        if imported.id != snap.id:
+            imported.delete()
+        corrupt = tmp_path / "corrupt.sfs"
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        corrupt.write_bytes(bytes(data))
+        with pytest.raises(sandfork.SandforkError):
+            Snapshot.import_(corrupt)
+    finally:
+        try:
+            snap.delete()
+        except sandfork.SandboxNotFoundError:
+            pass
+
+
+def test_suspend_resume_named(daemon) -> None:
+    name = f"sdk-suspend-{time.monotonic_ns()}"
+    with Sandbox.create(name=name, memory_mb=64) as sb:
+        sb.write_file("/tmp/secret", "survives-suspend")
+        sb.start_process("sh", ["-c", MEMORY_HOLDER])
+        time.sleep(0.5)
+        sb.suspend()
+        assert sb.status == SandboxStatus.SUSPENDED
+        with pytest.raises(sandfork.ConflictError):
+            sb.run("true")
+        Sandbox.connect(name).resume()
+        assert sb.status == SandboxStatus.RUNNING and sb.name == name
+        assert _ask(sb) == "survives-suspend"
