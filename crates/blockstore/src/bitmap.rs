@@ -12,12 +12,12 @@ pub const CHUNK_BITS: u64 = 32768;
 /// 64-bit words per bitmap chunk.
 pub const CHUNK_WORDS: usize = (CHUNK_BITS / 64) as usize;
 /// Entries per hash-table chunk.
-const HASH_CHUNK: u64 = 4096;
+const HASH_CHUNK: u64 = 1024;
 
 type Slot = OnceLock<Arc<[AtomicU64]>>;
 
 /// A growable array of lazily allocated chunks of atomic words.
-struct Chunks {
+pub struct Chunks {
     chunk_len: usize,
     slots: Box<[Slot]>,
 }
@@ -163,7 +163,7 @@ impl Bitmap {
 }
 
 /// Iterator over the set bit positions of one word.
-struct SetBits(u64);
+pub struct SetBits(pub u64);
 
 impl Iterator for SetBits {
     type Item = u64;
@@ -178,42 +178,113 @@ impl Iterator for SetBits {
     }
 }
 
-/// Per-block 64-bit content hashes, allocated in chunks of 4096 blocks.
-pub struct HashTable {
-    chunks: Chunks,
+/// Per-block 64-bit content hashes.
+///
+/// The overlay uses a dense table of lazily allocated 1024-entry chunks (written
+/// concurrently); sealed layers use a packed table: one entry per held data block plus a
+/// rank index, so memory follows the data held, not its spread over the disk.
+pub enum HashTable {
+    Dense(Chunks),
+    Packed(Packed),
 }
 
+/// Data-block words of one bitmap chunk and the rank of the first bit of each word.
+struct RankChunk {
+    words: Box<[u64]>,
+    ranks: Box<[u32]>,
+}
+
+/// A read-only hash table indexed by rank among the held data blocks.
+pub struct Packed {
+    values: Vec<u64>,
+    chunks: Vec<Option<RankChunk>>,
+}
+
+/// Snapshot of one bitmap chunk: its index and words.
+pub type ChunkSnap = (usize, Vec<u64>);
+
 impl HashTable {
-    /// An empty table for `blocks` blocks.
+    /// An empty dense table for `blocks` blocks.
     pub fn new(blocks: u64) -> HashTable {
-        HashTable {
-            chunks: Chunks::new(HASH_CHUNK as usize, nchunks(blocks, HASH_CHUNK)),
+        HashTable::Dense(Chunks::new(
+            HASH_CHUNK as usize,
+            nchunks(blocks, HASH_CHUNK),
+        ))
+    }
+
+    /// A packed table: `values[i]` is the hash of the i-th set bit of `data` (ascending
+    /// chunks of the held-data bitmap of a layer of `blocks` blocks).
+    pub fn packed(blocks: u64, data: &[ChunkSnap], values: Vec<u64>) -> HashTable {
+        let mut chunks: Vec<Option<RankChunk>> =
+            (0..nchunks(blocks, CHUNK_BITS)).map(|_| None).collect();
+        let mut rank = 0u32;
+        for (c, words) in data {
+            let ranks = words
+                .iter()
+                .map(|w| {
+                    let r = rank;
+                    rank = rank.saturating_add(w.count_ones());
+                    r
+                })
+                .collect();
+            if let Some(slot) = chunks.get_mut(*c) {
+                *slot = Some(RankChunk {
+                    words: words.clone().into_boxed_slice(),
+                    ranks,
+                });
+            }
+        }
+        HashTable::Packed(Packed { values, chunks })
+    }
+
+    /// The hash stored for `block` (0 when none).
+    pub fn get(&self, block: u64) -> u64 {
+        match self {
+            HashTable::Dense(chunks) => chunks.get((block / HASH_CHUNK) as usize).map_or(0, |c| {
+                c[(block % HASH_CHUNK) as usize].load(Ordering::Acquire)
+            }),
+            HashTable::Packed(p) => p.get(block),
         }
     }
 
-    /// The hash stored for `block` (0 when never stored).
-    pub fn get(&self, block: u64) -> u64 {
-        self.chunks
-            .get((block / HASH_CHUNK) as usize)
-            .map_or(0, |c| {
-                c[(block % HASH_CHUNK) as usize].load(Ordering::Acquire)
-            })
-    }
-
-    /// Stores the hash of `block`, which must lie within the table.
+    /// Stores the hash of `block`, which must lie within a dense table.
     pub fn set(&self, block: u64, hash: u64) {
+        let HashTable::Dense(chunks) = self else {
+            debug_assert!(false, "packed hash tables are read-only");
+            return;
+        };
         let slot = (block / HASH_CHUNK) as usize;
-        if slot < self.chunks.slots.len() {
-            let chunk = self.chunks.get_or_alloc(slot);
+        if slot < chunks.slots.len() {
+            let chunk = chunks.get_or_alloc(slot);
             chunk[(block % HASH_CHUNK) as usize].store(hash, Ordering::Release);
         }
     }
 
-    /// A copy covering `blocks` blocks sharing the stored chunks.
+    /// A dense copy covering `blocks` blocks sharing the stored chunks.
     pub fn grown(&self, blocks: u64) -> HashTable {
-        HashTable {
-            chunks: self.chunks.grown(nchunks(blocks, HASH_CHUNK)),
+        match self {
+            HashTable::Dense(chunks) => HashTable::Dense(chunks.grown(nchunks(blocks, HASH_CHUNK))),
+            HashTable::Packed(_) => {
+                debug_assert!(false, "packed hash tables belong to sealed layers");
+                HashTable::new(blocks)
+            }
         }
+    }
+}
+
+impl Packed {
+    fn get(&self, block: u64) -> u64 {
+        let Some(Some(chunk)) = self.chunks.get((block / CHUNK_BITS) as usize) else {
+            return 0;
+        };
+        let wi = ((block % CHUNK_BITS) / 64) as usize;
+        let bit = block % 64;
+        let w = chunk.words[wi];
+        if w & (1 << bit) == 0 {
+            return 0;
+        }
+        let rank = chunk.ranks[wi] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize;
+        self.values.get(rank).copied().unwrap_or(0)
     }
 }
 
@@ -281,5 +352,23 @@ mod tests {
         assert_eq!(g.get(9_999), 7);
         g.set(20_000, 1);
         assert_eq!(g.get(20_000), 1);
+    }
+
+    #[test]
+    fn packed_hash_table() {
+        let mut w0 = vec![0u64; CHUNK_WORDS];
+        w0[0] = 0b1010;
+        w0[3] = 1 << 63;
+        let mut w2 = vec![0u64; CHUNK_WORDS];
+        w2[511] = 1 << 63;
+        let data = vec![(0, w0), (2, w2)];
+        let h = HashTable::packed(3 * CHUNK_BITS, &data, vec![10, 11, 12, 13]);
+        assert_eq!(h.get(1), 10);
+        assert_eq!(h.get(3), 11);
+        assert_eq!(h.get(3 * 64 + 63), 12);
+        assert_eq!(h.get(3 * CHUNK_BITS - 1), 13);
+        assert_eq!(h.get(2), 0);
+        assert_eq!(h.get(CHUNK_BITS), 0);
+        assert_eq!(h.get(u64::MAX), 0);
     }
 }

@@ -185,8 +185,8 @@ impl Disk {
         m.chain.push(ov.id.clone());
         m.overlay = fresh.id.clone();
         self.store.write_manifest(&self.name, &m)?;
-        self.store.cache_arc(ov);
-        st.chain.push(ov.clone());
+        let sealed = self.store.cache_layer(ov.frozen());
+        st.chain.push(sealed);
         st.overlay = Arc::new(fresh);
         Ok(ov.id.clone())
     }

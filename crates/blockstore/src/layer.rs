@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::bitmap::{Bitmap, HashTable};
+use crate::bitmap::{Bitmap, HashTable, SetBits, CHUNK_BITS};
 use crate::fsutil::{self, AlignedBuf};
 use crate::id::LayerId;
 use crate::meta::{self, Header};
@@ -159,6 +159,26 @@ impl Layer {
             checksum: self.checksum.clone(),
             changed: AtomicBool::new(true),
         }
+    }
+
+    /// A read-only copy of this just-sealed layer whose hash table is packed, so a
+    /// sealed layer's memory follows the blocks it holds.
+    pub fn frozen(&self) -> Layer {
+        let data = meta::data_chunks(&self.dirty, &self.zero);
+        let values =
+            data.iter()
+                .flat_map(|(c, words)| {
+                    let base = *c as u64 * CHUNK_BITS;
+                    words.iter().enumerate().flat_map(move |(wi, &w)| {
+                        SetBits(w).map(move |b| base + wi as u64 * 64 + b)
+                    })
+                })
+                .map(|b| self.hashes.get(b))
+                .collect();
+        let mut copy = self.reshaped(self.size_blocks, self.parent.clone());
+        copy.hashes = HashTable::packed(self.size_blocks, &data, values);
+        copy.changed = AtomicBool::new(false);
+        copy
     }
 
     /// Whether the layer is sealed (immutable).

@@ -8,7 +8,7 @@
 
 use std::io::{self, Read};
 
-use crate::bitmap::{Bitmap, HashTable, CHUNK_BITS, CHUNK_WORDS};
+use crate::bitmap::{Bitmap, ChunkSnap, HashTable, CHUNK_BITS, CHUNK_WORDS};
 use crate::id::LayerId;
 
 /// Magic at the start of every layer metadata record.
@@ -109,16 +109,16 @@ fn encode_header(h: &Header, out: &mut Vec<u8>) {
     out.extend_from_slice(&h.size_blocks.to_le_bytes());
 }
 
-type ChunkSnap = Vec<(usize, Vec<u64>)>;
+type Snap = Vec<ChunkSnap>;
 
-fn snapshot(b: &Bitmap) -> ChunkSnap {
+fn snapshot(b: &Bitmap) -> Snap {
     b.chunk_indices()
         .map(|c| (c, b.chunk_words(c)))
         .filter(|(_, w)| w.iter().any(|&x| x != 0))
         .collect()
 }
 
-fn put_chunks(chunks: &ChunkSnap, out: &mut Vec<u8>) {
+fn put_chunks(chunks: &Snap, out: &mut Vec<u8>) {
     out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
     for (c, words) in chunks {
         out.extend_from_slice(&(*c as u32).to_le_bytes());
@@ -129,7 +129,7 @@ fn put_chunks(chunks: &ChunkSnap, out: &mut Vec<u8>) {
 }
 
 /// Blocks that are dirty and not zero, in ascending order.
-fn data_block_list(dirty: &ChunkSnap, zero: &ChunkSnap) -> Vec<u64> {
+fn data_block_list(dirty: &Snap, zero: &Snap) -> Vec<u64> {
     let mut out = Vec::new();
     let mut zi = zero.iter().peekable();
     for (c, words) in dirty {
@@ -310,22 +310,46 @@ fn decode_hashes(
     dirty: &Bitmap,
     zero: &Bitmap,
 ) -> Result<(HashTable, bool), MetaError> {
-    let hashes = HashTable::new(header.size_blocks);
-    let held: Vec<u64> = dirty.iter_ones().filter(|&b| !zero.get(b)).collect();
+    let size = header.size_blocks;
     let count = read_u64(r)?;
     if count == 0 && !header.sealed {
-        return Ok((hashes, false));
+        return Ok((HashTable::new(size), false));
     }
-    if count != held.len() as u64 {
+    let data = data_chunks(dirty, zero);
+    let held: u64 = data
+        .iter()
+        .flat_map(|(_, w)| w)
+        .map(|w| w.count_ones() as u64)
+        .sum();
+    if count != held {
         return Err(invalid(format!(
-            "{count} block hashes for {} held data blocks",
-            held.len()
+            "{count} block hashes for {held} held data blocks"
         )));
     }
-    for b in &held {
-        hashes.set(*b, read_u64(r)?);
+    // Grows only as hashes actually arrive, whatever the header claims.
+    let mut values = Vec::with_capacity(count.min(1 << 16) as usize);
+    for _ in 0..count {
+        values.push(read_u64(r)?);
     }
-    Ok((hashes, true))
+    Ok((HashTable::packed(size, &data, values), true))
+}
+
+/// Per chunk, the words of blocks held as data (dirty and not zero).
+pub fn data_chunks(dirty: &Bitmap, zero: &Bitmap) -> Vec<ChunkSnap> {
+    dirty
+        .chunk_indices()
+        .map(|c| {
+            let z = zero.chunk_words(c);
+            let words = dirty
+                .chunk_words(c)
+                .iter()
+                .zip(&z)
+                .map(|(d, z)| d & !z)
+                .collect();
+            (c, words)
+        })
+        .filter(|(_, w): &ChunkSnap| w.iter().any(|&x| x != 0))
+        .collect()
 }
 
 #[cfg(test)]
