@@ -1,0 +1,180 @@
+//! The `/v1` HTTP API (axum). Handlers are thin: parse, call the manager, shape the reply.
+//! Errors are `{code, message}` with the status [`crate::Error::status_code`] gives.
+
+mod auth;
+mod exec;
+mod extract;
+mod files;
+mod images;
+mod ndjson;
+mod openapi;
+mod processes;
+mod reserved;
+mod sandboxes;
+mod system;
+pub mod types;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use crate::error::Error;
+use crate::manager::Manager;
+pub use auth::Token;
+pub use openapi::openapi_json;
+use types::ErrorBody;
+
+/// What every handler can reach.
+pub type AppState = Arc<Manager>;
+
+/// An error as an HTTP response.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl<E: Into<Error>> From<E> for ApiError {
+    fn from(e: E) -> Self {
+        ApiError(e.into())
+    }
+}
+
+/// The error kind of a response, for the error counter.
+#[derive(Debug, Clone, Copy)]
+struct ErrorKind(&'static str);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.0.status_code();
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::error!(code, error = %self.0.message(), "request failed");
+        } else {
+            tracing::debug!(code, error = %self.0.message(), "request refused");
+        }
+        let body = ErrorBody {
+            code: code.into(),
+            message: self.0.message(),
+        };
+        let mut resp = (status, Json(body)).into_response();
+        resp.extensions_mut().insert(ErrorKind(code));
+        resp
+    }
+}
+
+/// A plain error response without a daemon error behind it.
+pub(crate) fn error_response(status: StatusCode, code: &'static str, message: String) -> Response {
+    let mut resp = (
+        status,
+        Json(ErrorBody {
+            code: code.into(),
+            message,
+        }),
+    )
+        .into_response();
+    resp.extensions_mut().insert(ErrorKind(code));
+    resp
+}
+
+/// Handler result.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+async fn count_errors(State(m): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(ErrorKind(kind)) = resp.extensions().get::<ErrorKind>() {
+        m.metrics().error(kind);
+    }
+    resp
+}
+
+async fn fallback() -> Response {
+    error_response(StatusCode::NOT_FOUND, "not_found", "No such route".into())
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "bad_request",
+        "Method not allowed".into(),
+    )
+}
+
+fn sandbox_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::terminate),
+        )
+        .route("/v1/sandboxes/{id}/exec", post(exec::exec))
+        .route(
+            "/v1/sandboxes/{id}/processes",
+            post(processes::spawn).get(processes::list),
+        )
+        .route("/v1/sandboxes/{id}/processes/{pid}", get(processes::get))
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/output",
+            get(processes::output),
+        )
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/stdin",
+            post(processes::stdin),
+        )
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/stdin/close",
+            post(processes::close_stdin),
+        )
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/signal",
+            post(processes::signal),
+        )
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/wait",
+            post(processes::wait),
+        )
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(files::download)
+                .put(files::upload)
+                .delete(files::remove),
+        )
+        .route("/v1/sandboxes/{id}/files/list", get(files::list))
+        .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
+        .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
+}
+
+fn other_routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/images", get(images::list).post(images::build))
+        .route("/v1/images/{name}", axum::routing::delete(images::delete))
+        .route("/v1/health", get(system::health))
+        .route("/v1/openapi.json", get(system::openapi))
+        .route("/metrics", get(system::metrics))
+        .merge(reserved::routes())
+}
+
+/// The whole API; with a token, every request must carry it.
+pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
+    let mut app = sandbox_routes()
+        .merge(other_routes())
+        .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::disable());
+    if let Some(token) = token {
+        app = app.layer(middleware::from_fn_with_state(
+            Arc::new(token),
+            auth::require,
+        ));
+    }
+    app.layer(middleware::from_fn_with_state(
+        manager.clone(),
+        count_errors,
+    ))
+    .with_state(manager)
+}

@@ -1,0 +1,54 @@
+//! Sandbox lifecycle routes.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+
+use super::extract::{ApiJson, ApiQuery};
+use super::types::{CreateSandbox, ErrorBody, ListQuery, Sandbox, SandboxList};
+use super::{ApiResult, AppState};
+
+/// Create and boot a sandbox.
+#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", request_body = CreateSandbox,
+    responses((status = 201, body = Sandbox),
+        (status = 400, body = ErrorBody), (status = 404, description = "Unknown image or snapshot", body = ErrorBody),
+        (status = 409, description = "Name taken", body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, description = "Admission refused", body = ErrorBody)))]
+pub async fn create(
+    State(m): State<AppState>,
+    ApiJson(req): ApiJson<CreateSandbox>,
+) -> ApiResult<(StatusCode, Json<Sandbox>)> {
+    Ok((StatusCode::CREATED, Json(m.create(req).await?)))
+}
+
+/// List sandboxes (terminated ones only with `state=terminated`).
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes", params(ListQuery),
+    responses((status = 200, body = SandboxList), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(m): State<AppState>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> ApiResult<Json<SandboxList>> {
+    Ok(Json(SandboxList {
+        sandboxes: m.list(&q)?,
+    }))
+}
+
+/// One sandbox, by id or name.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
+pub async fn get(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Sandbox>> {
+    Ok(Json(m.get(&id)?))
+}
+
+/// Terminate a sandbox (idempotent).
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn terminate(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Sandbox>> {
+    Ok(Json(m.terminate(&id).await?))
+}

@@ -1,0 +1,37 @@
+//! Health, metrics and the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+
+use super::types::Health;
+use super::AppState;
+
+/// Liveness and versions.
+#[utoipa::path(get, path = "/v1/health", tag = "system", responses((status = 200, body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        version: crate::VERSION.into(),
+        api_version: crate::API_VERSION,
+    })
+}
+
+/// Prometheus metrics (text format).
+#[utoipa::path(get, path = "/metrics", tag = "system",
+    responses((status = 200, content_type = "text/plain", body = String)))]
+pub async fn metrics(State(m): State<AppState>) -> impl IntoResponse {
+    let text = m.metrics().render(&m.state_counts());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+/// This API's OpenAPI document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system",
+    responses((status = 200, content_type = "application/json", body = Object)))]
+pub async fn openapi() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        super::openapi_json(),
+    )
+}

@@ -1,0 +1,366 @@
+//! The `/v1` wire types (requests refuse unknown fields). The OpenAPI document is derived
+//! from these.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::lifecycle::State;
+
+/// Default image of a new sandbox.
+pub const DEFAULT_IMAGE: &str = "busybox";
+
+/// Error body of every non-2xx response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable kind: bad_request, invalid_argument, unauthorized, not_found,
+    /// conflict, too_large, unsupported, over_capacity, unavailable, exec_failed, internal.
+    pub code: String,
+    /// What was wrong, in a sentence.
+    pub message: String,
+}
+
+/// Network settings of a new sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkRequest {
+    /// `none` (loopback only) or `internet` (egress through the host).
+    #[serde(default)]
+    pub mode: NetworkModeName,
+    #[serde(default)]
+    pub allow_out: Vec<String>,
+    #[serde(default)]
+    pub deny_out: Vec<String>,
+}
+
+/// Network mode names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkModeName {
+    #[default]
+    None,
+    Internet,
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// Image name (default `busybox`); exclusive with `snapshot_id`.
+    pub image: Option<String>,
+    /// Start from this snapshot instead of an image.
+    pub snapshot_id: Option<String>,
+    /// Unique among live sandboxes; usable wherever an id is.
+    pub name: Option<String>,
+    /// CPU cores (default 1).
+    pub cpus: Option<f64>,
+    /// Memory limit in MiB (default 512).
+    pub memory_mb: Option<u64>,
+    /// Root disk size in MiB (0 or absent: the image's).
+    pub disk_mb: Option<u64>,
+    /// Idle seconds before the sandbox is terminated (unnamed) or suspended (named); 0 = never.
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Like `env`, but never echoed back.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    pub network: Option<NetworkRequest>,
+    /// SDK spelling of `network.mode = internet`.
+    pub allow_internet_access: Option<bool>,
+    /// SDK spelling of `network.allow_out`.
+    pub allow_out: Option<Vec<String>>,
+    /// SDK spelling of `network.deny_out`.
+    pub deny_out: Option<Vec<String>>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A sandbox's network as reported.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NetworkView {
+    pub mode: NetworkModeName,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub allow_out: Vec<String>,
+    pub deny_out: Vec<String>,
+}
+
+/// Where a forked sandbox came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ForkInfo {
+    pub index: u32,
+    pub parent_snapshot_id: String,
+}
+
+/// A sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Sandbox {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub state: State,
+    pub image: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub timeout_secs: u64,
+    pub network: NetworkView,
+    pub labels: BTreeMap<String, String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; the last API request that touched this sandbox.
+    pub last_active_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkInfo>,
+    /// Why the sandbox failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxList {
+    pub sandboxes: Vec<Sandbox>,
+}
+
+/// Filters of `GET /v1/sandboxes` (terminated ones are listed only when asked for).
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    pub state: Option<String>,
+    pub name: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/exec` and `/processes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// Program: an absolute path or a name looked up in `PATH`.
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub working_dir: Option<String>,
+    /// `name`, `uid` or `uid:gid`.
+    pub user: Option<String>,
+    /// Standard input as UTF-8 text.
+    pub stdin: Option<String>,
+    /// Standard input as base64 (exclusive with `stdin`).
+    pub stdin_b64: Option<String>,
+    /// Kill the command after this many seconds.
+    pub timeout_secs: Option<f64>,
+    /// Stream NDJSON events instead of one result (exec only).
+    #[serde(default)]
+    pub stream: bool,
+}
+
+/// Result of a non-streaming exec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ExecResult {
+    pub stdout: String,
+    pub stderr: String,
+    /// Present when the output was not valid UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_b64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_b64: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}
+
+/// One line of an NDJSON output stream (exec, process output).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamEvent {
+    Stdout {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data_b64: Option<String>,
+        offset: u64,
+    },
+    Stderr {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        data_b64: Option<String>,
+        offset: u64,
+    },
+    /// Output in `from..to` of `stream` was dropped by the agent's bounded buffer.
+    Dropped {
+        stream: String,
+        from: u64,
+        to: u64,
+    },
+    Exit {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+/// A background process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Process {
+    /// The agent's process id (stable for the sandbox's life).
+    pub pid: u64,
+    /// The process id inside the sandbox.
+    pub os_pid: u32,
+    pub command: String,
+    pub args: Vec<String>,
+    /// `running` or `exited`.
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at: String,
+    pub stdout_len: u64,
+    pub stderr_len: u64,
+}
+
+/// `GET /v1/sandboxes/{id}/processes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProcessList {
+    pub processes: Vec<Process>,
+}
+
+/// Query of `GET .../processes/{pid}/output`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct OutputQuery {
+    /// Offset into stdout to start from.
+    #[serde(default)]
+    pub offset: u64,
+    /// Offset into stderr to start from.
+    #[serde(default)]
+    pub stderr_offset: u64,
+    /// Keep streaming until the process exits.
+    #[serde(default = "yes")]
+    pub follow: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Query of `POST .../processes/{pid}/wait`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    pub timeout_secs: Option<f64>,
+}
+
+/// A signal, by number or name (`TERM`, `SIGKILL`, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum SignalSpec {
+    Number(i32),
+    Name(String),
+}
+
+/// `POST .../processes/{pid}/signal`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    pub signal: SignalSpec,
+}
+
+/// Query of the file routes.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    /// Absolute path inside the sandbox.
+    pub path: String,
+    /// Octal permission bits for uploads, e.g. `0644`.
+    pub mode: Option<String>,
+    /// Remove directories with their contents.
+    #[serde(default)]
+    pub recursive: bool,
+}
+
+/// A file's metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FileEntry {
+    pub name: String,
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub modified_at: String,
+}
+
+/// `GET .../files/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FileList {
+    pub entries: Vec<FileEntry>,
+}
+
+/// `POST .../files/mkdir`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    pub path: String,
+    #[serde(default = "yes")]
+    pub parents: bool,
+}
+
+/// An image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Image {
+    pub name: String,
+    pub layer_id: String,
+    pub size_bytes: u64,
+    pub created_at: String,
+    pub builder: String,
+}
+
+/// `GET /v1/images`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ImageList {
+    pub images: Vec<Image>,
+}
+
+/// `POST /v1/images`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuildImage {
+    pub name: String,
+    /// `busybox`, `debian` or `python`.
+    pub builder: String,
+    #[serde(default)]
+    pub apt: Vec<String>,
+    #[serde(default)]
+    pub pip: Vec<String>,
+}
+
+/// One line of an image build's NDJSON stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BuildEvent {
+    Progress { message: String },
+    Done { image: Image },
+    Error { code: String, message: String },
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+    pub api_version: u32,
+}

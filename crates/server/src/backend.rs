@@ -1,0 +1,178 @@
+//! What the manager needs from the machinery that runs sandboxes.
+//!
+//! The manager owns lifecycle decisions; a [`Backend`] carries them out (containers, disks,
+//! networking) and forwards data-plane work (exec, files, processes) to the agent inside a
+//! sandbox. Streams are bounded channels, so a slow HTTP client slows the agent connection
+//! down instead of growing buffers in the daemon.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+/// Capacity of every stream channel between the backend and the API (in chunks).
+pub const STREAM_DEPTH: usize = 16;
+
+/// Why the backend refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// A path, process or image the request named does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request was malformed for the agent or runtime.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The command could not be started.
+    #[error("{0}")]
+    ExecFailed(String),
+    /// Something exceeded a size limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The target exists in a state that refuses the request (e.g. not a directory).
+    #[error("{0}")]
+    Conflict(String),
+    /// A wait ran out of time.
+    #[error("{0}")]
+    TimedOut(String),
+    /// The backend cannot do this at all.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The sandbox or its agent is unreachable or broken.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The host failed to set something up (runc, disk, network).
+    #[error("{0}")]
+    Host(String),
+}
+
+/// Result of backend calls.
+pub type BackendResult<T> = Result<T, BackendError>;
+
+/// A stream of items from the backend.
+pub type Stream<T> = mpsc::Receiver<BackendResult<T>>;
+
+/// How a sandbox reaches the network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkSpec {
+    pub internet: bool,
+    pub allow_out: Vec<String>,
+    pub deny_out: Vec<String>,
+}
+
+/// A sealed base image as the backend knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageSpec {
+    pub name: String,
+    pub layer_id: String,
+}
+
+/// Everything needed to boot (or re-adopt) one sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BootSpec {
+    pub id: String,
+    pub image: ImageSpec,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub env: BTreeMap<String, String>,
+    pub network: NetworkSpec,
+}
+
+/// What a booted sandbox reports back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Booted {
+    /// Its network address, when it has one besides loopback.
+    pub address: Option<String>,
+}
+
+/// One event of a running process's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    Output {
+        stream: OutputStream,
+        offset: u64,
+        data: Bytes,
+    },
+    /// Output in `from..to` was dropped from the agent's bounded buffer.
+    Dropped {
+        stream: OutputStream,
+        from: u64,
+        to: u64,
+    },
+    Exit(ExitInfo),
+}
+
+/// An image build request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageBuild {
+    pub name: String,
+    pub builder: String,
+    pub apt: Vec<String>,
+    pub pip: Vec<String>,
+}
+
+/// A built image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltImage {
+    pub layer_id: String,
+    pub size_bytes: u64,
+}
+
+/// The runtime side of the daemon.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Removes every host resource of sandboxes not in `keep` (after a crash).
+    async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()>;
+    /// Boots a sandbox; on error nothing of it is left behind.
+    async fn create(&self, spec: &BootSpec) -> BackendResult<Booted>;
+    /// Takes over a sandbox left running by a previous daemon.
+    async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted>;
+    /// Stops a sandbox and removes everything it held. Idempotent.
+    async fn destroy(&self, id: &str) -> BackendResult<()>;
+
+    /// Runs a command; the stream ends with [`ExecEvent::Exit`].
+    async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>>;
+    /// Starts a background process.
+    async fn spawn(&self, id: &str, req: ExecRequest) -> BackendResult<ProcessInfo>;
+    async fn processes(&self, id: &str) -> BackendResult<Vec<ProcessInfo>>;
+    /// Streams a background process's output from the given offsets.
+    async fn attach(
+        &self,
+        id: &str,
+        pid: u64,
+        offsets: (u64, u64),
+        follow: bool,
+    ) -> BackendResult<Stream<ExecEvent>>;
+    async fn write_stdin(&self, id: &str, pid: u64, data: Bytes) -> BackendResult<()>;
+    async fn close_stdin(&self, id: &str, pid: u64) -> BackendResult<()>;
+    async fn signal(&self, id: &str, pid: u64, signal: i32) -> BackendResult<()>;
+    async fn wait(&self, id: &str, pid: u64, timeout_ms: Option<u64>) -> BackendResult<ExitInfo>;
+
+    /// Reads a file: its metadata, then its contents in chunks.
+    async fn read_file(&self, id: &str, path: &str) -> BackendResult<(FileStat, Stream<Bytes>)>;
+    /// Writes a file from `data` (parents created); returns the bytes written. An error
+    /// item in `data` aborts the write and leaves the old file in place.
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mode: Option<u32>,
+        data: Stream<Bytes>,
+    ) -> BackendResult<u64>;
+    async fn list_dir(&self, id: &str, path: &str) -> BackendResult<Vec<DirEntry>>;
+    async fn stat(&self, id: &str, path: &str) -> BackendResult<FileStat>;
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> BackendResult<()>;
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> BackendResult<()>;
+
+    /// Builds an image, reporting progress lines.
+    async fn build_image(
+        &self,
+        req: &ImageBuild,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage>;
+    /// Drops the daemon's reference to an image's layer.
+    async fn remove_image(&self, layer_id: &str) -> BackendResult<()>;
+}

@@ -1,0 +1,180 @@
+//! The daemon's configuration: one struct, read from an optional TOML file and overridden
+//! by command-line flags. It is the single truth for every option and its default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default data directory.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/sandfork";
+
+/// Socket file name inside the data directory.
+pub const SOCKET_NAME: &str = "sandfork.sock";
+
+/// Errors reading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("Cannot read config file {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Config file {path} is invalid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("Invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Everything `sandfork serve` can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Data directory: `state.db`, layers, images, sandboxes.
+    pub data_dir: PathBuf,
+    /// Unix socket path; default `<data_dir>/sandfork.sock`.
+    pub socket: Option<PathBuf>,
+    /// Optional TCP listener (requires `token_file`).
+    pub listen: Option<SocketAddr>,
+    /// File holding the bearer token for the TCP listener.
+    pub token_file: Option<PathBuf>,
+    /// Allow `listen` on a non-loopback address.
+    pub allow_remote: bool,
+    /// Most sandboxes alive at once (not terminated or failed).
+    pub max_sandboxes: u32,
+    /// Most memory, in MiB, summed over the `memory_mb` of live sandboxes.
+    pub max_memory_mb: u64,
+    /// How often idle timeouts are checked, in milliseconds.
+    pub reaper_interval_ms: u64,
+    /// How long graceful shutdown waits for in-flight work, in seconds.
+    pub shutdown_grace_secs: u64,
+    /// Largest JSON request body, in bytes.
+    pub max_json_bytes: usize,
+    /// Largest file upload, in bytes.
+    pub max_upload_bytes: u64,
+    /// Cap on each of stdout and stderr collected by a non-streaming exec, in bytes.
+    pub max_exec_output_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            socket: None,
+            listen: None,
+            token_file: None,
+            allow_remote: false,
+            max_sandboxes: 256,
+            max_memory_mb: 16 * 1024,
+            reaper_interval_ms: 1000,
+            shutdown_grace_secs: 10,
+            max_json_bytes: 1 << 20,
+            max_upload_bytes: 4 << 30,
+            max_exec_output_bytes: 64 << 20,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML config file.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|e| match e {
+            ConfigError::Invalid(message) => ConfigError::Parse {
+                path: path.into(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text (unknown keys are refused).
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Invalid(e.message().to_string()))
+    }
+
+    /// The Unix socket path in effect.
+    pub fn socket_path(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(SOCKET_NAME))
+    }
+
+    /// Checks combinations a single field cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(addr) = self.listen {
+            if self.token_file.is_none() {
+                return Err(ConfigError::Invalid("listen requires token_file".into()));
+            }
+            if !addr.ip().is_loopback() && !self.allow_remote {
+                return Err(ConfigError::Invalid(format!(
+                    "listen address {addr} is not loopback (set allow_remote to permit it)"
+                )));
+            }
+        }
+        if self.max_sandboxes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_sandboxes must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads the bearer token (trimmed); an empty token is refused.
+    pub fn read_token(&self) -> Result<Option<String>, ConfigError> {
+        let Some(path) = &self.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let token = text.trim().to_string();
+        if token.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "token file {} is empty",
+                path.display()
+            )));
+        }
+        Ok(Some(token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_overrides_parse() {
+        let c = Config::from_toml("data_dir = \"/tmp/x\"\nmax_sandboxes = 3\n").unwrap();
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.max_sandboxes, 3);
+        assert_eq!(c.max_memory_mb, Config::default().max_memory_mb);
+        assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/sandfork.sock"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = Config::from_toml("data_dri = \"/tmp\"").unwrap_err();
+        assert!(err.to_string().contains("data_dri"), "{err}");
+    }
+
+    #[test]
+    fn listen_needs_token_and_loopback() {
+        let mut c = Config {
+            listen: Some("127.0.0.1:9000".parse().unwrap()),
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+        c.token_file = Some("/tmp/t".into());
+        assert!(c.validate().is_ok());
+        c.listen = Some("0.0.0.0:9000".parse().unwrap());
+        assert!(c.validate().is_err());
+        c.allow_remote = true;
+        assert!(c.validate().is_ok());
+    }
+}

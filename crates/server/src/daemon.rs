@@ -1,0 +1,150 @@
+//! `sandfork serve`: open the state, recover, serve the API on the Unix socket (and
+//! optionally TCP with a token) until SIGTERM/SIGINT, then shut down gracefully.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+use crate::api::{self, Token};
+use crate::backend::Backend;
+use crate::config::{Config, ConfigError};
+use crate::manager::Manager;
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("Cannot prepare {path}")]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Another daemon is already serving {0}")]
+    AlreadyRunning(std::path::PathBuf),
+    #[error("Cannot open the state database")]
+    Store(#[from] StoreError),
+    #[error("Recovery failed: {0}")]
+    Recover(String),
+}
+
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
+    move |source| DaemonError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
+/// A daemon ready to serve.
+pub struct Daemon {
+    manager: Arc<Manager>,
+    unix: UnixListener,
+    tcp: Option<(TcpListener, Token)>,
+    socket: std::path::PathBuf,
+}
+
+impl Daemon {
+    /// Prepares the data dir, opens the state, recovers sandboxes and binds the listeners.
+    pub async fn start(config: Config, backend: Arc<dyn Backend>) -> Result<Daemon, DaemonError> {
+        config.validate()?;
+        let token = config.read_token()?.map(Token::new);
+        std::fs::create_dir_all(&config.data_dir).map_err(io_at(&config.data_dir))?;
+        let db = config.data_dir.join("state.db");
+        let store = Store::open(&db)?;
+        let socket = config.socket_path();
+        let unix = bind_unix(&socket).await?;
+        let tcp = match (config.listen, token) {
+            (Some(addr), Some(token)) => {
+                let l = TcpListener::bind(addr).await.map_err(io_at(&socket))?;
+                Some((l, token))
+            }
+            _ => None,
+        };
+        let metrics = Arc::new(Metrics::default());
+        let manager = Manager::start(config, backend, store, metrics)
+            .await
+            .map_err(|e| DaemonError::Recover(e.message()))?;
+        Ok(Daemon {
+            manager,
+            unix,
+            tcp,
+            socket,
+        })
+    }
+
+    /// The manager (for in-process front ends and tests).
+    pub fn manager(&self) -> &Arc<Manager> {
+        &self.manager
+    }
+
+    /// The bound TCP address, if any.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// Serves until `stop` resolves, then shuts down gracefully.
+    pub async fn serve(self, stop: impl std::future::Future<Output = ()> + Send) {
+        let (tx, rx) = watch::channel(false);
+        let wait = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|v| *v).await;
+        };
+        let unix_app = api::router(self.manager.clone(), None);
+        let unix = axum::serve(self.unix, unix_app).with_graceful_shutdown(wait(rx.clone()));
+        let unix = tokio::spawn(async move { unix.await });
+        let tcp = self.tcp.map(|(listener, token)| {
+            let app = api::router(self.manager.clone(), Some(token));
+            let srv = axum::serve(listener, app).with_graceful_shutdown(wait(rx.clone()));
+            tokio::spawn(async move { srv.await })
+        });
+        tracing::info!(socket = %self.socket.display(), "serving");
+        stop.await;
+        tracing::info!("shutting down");
+        self.manager.shutdown().await;
+        let _ = tx.send(true);
+        let grace = std::time::Duration::from_secs(self.manager.config().shutdown_grace_secs);
+        let _ = tokio::time::timeout(grace, unix).await;
+        if let Some(t) = tcp {
+            let _ = tokio::time::timeout(grace, t).await;
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        tracing::info!("stopped");
+    }
+}
+
+/// Binds the socket (mode 0660), replacing a stale one but never a live daemon's.
+async fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    }
+    if path.exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return Err(DaemonError::AlreadyRunning(path.into()));
+        }
+        std::fs::remove_file(path).map_err(io_at(path))?;
+    }
+    let listener = UnixListener::bind(path).map_err(io_at(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(io_at(path))?;
+    Ok(listener)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

@@ -1,0 +1,203 @@
+//! The sandbox lifecycle: its states and the one table of allowed transitions.
+//!
+//! Every lifecycle operation is a [`Op`]; [`plan`] says, for the current state, which
+//! transitional state the sandbox enters while the operation runs and where it ends on
+//! success or failure. Anything not in the table is refused (HTTP 409 naming the state).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where a sandbox is in its life.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Creating,
+    Running,
+    Checkpointing,
+    Suspending,
+    Suspended,
+    Resuming,
+    Terminating,
+    Terminated,
+    Failed,
+}
+
+/// All states, in display order.
+pub const ALL_STATES: [State; 9] = [
+    State::Creating,
+    State::Running,
+    State::Checkpointing,
+    State::Suspending,
+    State::Suspended,
+    State::Resuming,
+    State::Terminating,
+    State::Terminated,
+    State::Failed,
+];
+
+impl State {
+    /// The lowercase name used in the API and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Creating => "creating",
+            State::Running => "running",
+            State::Checkpointing => "checkpointing",
+            State::Suspending => "suspending",
+            State::Suspended => "suspended",
+            State::Resuming => "resuming",
+            State::Terminating => "terminating",
+            State::Terminated => "terminated",
+            State::Failed => "failed",
+        }
+    }
+
+    /// Parses [`State::as_str`] output.
+    pub fn parse(s: &str) -> Option<State> {
+        ALL_STATES.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Whether the sandbox holds host resources (counts against admission).
+    pub fn is_live(self) -> bool {
+        !matches!(self, State::Terminated | State::Failed)
+    }
+
+    /// Whether an operation is in progress (a crash left it half-done).
+    pub fn is_transitional(self) -> bool {
+        matches!(
+            self,
+            State::Creating
+                | State::Checkpointing
+                | State::Suspending
+                | State::Resuming
+                | State::Terminating
+        )
+    }
+}
+
+impl std::fmt::Display for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A lifecycle operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Boot a sandbox whose record was just written in `Creating`.
+    Boot,
+    /// Run something inside (exec, files, processes): no state change, needs `Running`.
+    Use,
+    Checkpoint,
+    Suspend,
+    Resume,
+    Terminate,
+}
+
+/// How an allowed operation moves the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// State while the operation runs.
+    pub during: State,
+    /// State after it succeeded.
+    pub success: State,
+    /// State after it failed.
+    pub failure: State,
+}
+
+const fn plan_of(during: State, success: State, failure: State) -> Option<Plan> {
+    Some(Plan {
+        during,
+        success,
+        failure,
+    })
+}
+
+/// The transition table: `None` means the operation is not allowed in `from`.
+pub fn plan(from: State, op: Op) -> Option<Plan> {
+    use State::*;
+    match (op, from) {
+        (Op::Boot, Creating) => plan_of(Creating, Running, Failed),
+        (Op::Use, Running) => plan_of(Running, Running, Running),
+        (Op::Checkpoint, Running) => plan_of(Checkpointing, Running, Running),
+        (Op::Suspend, Running) => plan_of(Suspending, Suspended, Running),
+        (Op::Resume, Suspended) => plan_of(Resuming, Running, Suspended),
+        (Op::Terminate, Running | Suspended | Failed | Creating) => {
+            plan_of(Terminating, Terminated, Failed)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in ALL_STATES {
+            assert_eq!(State::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        assert_eq!(State::parse("bogus"), None);
+    }
+
+    #[test]
+    fn table_allows_exactly_these() {
+        use State::*;
+        let allowed: &[(Op, &[State])] = &[
+            (Op::Boot, &[Creating]),
+            (Op::Use, &[Running]),
+            (Op::Checkpoint, &[Running]),
+            (Op::Suspend, &[Running]),
+            (Op::Resume, &[Suspended]),
+            (Op::Terminate, &[Running, Suspended, Failed, Creating]),
+        ];
+        for (op, states) in allowed {
+            for s in ALL_STATES {
+                assert_eq!(
+                    plan(s, *op).is_some(),
+                    states.contains(&s),
+                    "{op:?} from {s}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_admit_nothing_but_terminate_of_failed() {
+        for op in [
+            Op::Boot,
+            Op::Use,
+            Op::Checkpoint,
+            Op::Suspend,
+            Op::Resume,
+            Op::Terminate,
+        ] {
+            assert!(plan(State::Terminated, op).is_none());
+        }
+        assert_eq!(
+            plan(State::Failed, Op::Terminate).unwrap().success,
+            State::Terminated
+        );
+    }
+
+    #[test]
+    fn transitional_states_refuse_new_operations() {
+        for s in ALL_STATES
+            .into_iter()
+            .filter(|s| s.is_transitional() && *s != State::Creating)
+        {
+            for op in [
+                Op::Use,
+                Op::Checkpoint,
+                Op::Suspend,
+                Op::Resume,
+                Op::Terminate,
+            ] {
+                assert!(plan(s, op).is_none(), "{op:?} from {s}");
+            }
+        }
+    }
+}

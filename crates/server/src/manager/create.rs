@@ -1,0 +1,299 @@
+//! Creating sandboxes: validation, admission, boot.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{lock, now_rfc3339, Entry, Manager};
+use crate::api::types::{
+    CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox, DEFAULT_IMAGE,
+};
+use crate::backend::{BootSpec, ImageSpec, NetworkSpec};
+use crate::error::{Error, Result};
+use crate::lifecycle::{plan, Op, State};
+use crate::store::SandboxRow;
+
+/// Longest sandbox name.
+const MAX_NAME: usize = 63;
+
+/// A new sandbox id: `sb-` and 16 random hex digits.
+pub fn new_id() -> String {
+    let mut b = [0u8; 8];
+    // A failing system RNG leaves zeros; the time keeps ids distinct regardless.
+    let _ = getrandom::getrandom(&mut b);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let v = u64::from_le_bytes(b) ^ t.rotate_left(32);
+    format!("sb-{v:016x}")
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "Invalid name {name:?}: use 1-{MAX_NAME} of letters, digits, '-', '_' and '.'"
+        )))
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<()> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "Invalid environment variable {k:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_cidrs(list: &[String]) -> Result<()> {
+    for c in list {
+        let (addr, prefix) = c.split_once('/').unwrap_or((c, "32"));
+        let ok = addr.parse::<std::net::Ipv4Addr>().is_ok()
+            && prefix.parse::<u8>().is_ok_and(|p| p <= 32);
+        if !ok {
+            return Err(Error::InvalidArgument(format!("Invalid CIDR {c:?}")));
+        }
+    }
+    Ok(())
+}
+
+/// Merges the `network` object with the SDK's top-level spelling.
+fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
+    let mut net = req.network.clone().unwrap_or_default();
+    if let Some(allow) = req.allow_internet_access {
+        net.mode = if allow {
+            NetworkModeName::Internet
+        } else {
+            NetworkModeName::None
+        };
+    }
+    if let Some(a) = &req.allow_out {
+        net.allow_out.clone_from(a);
+    }
+    if let Some(d) = &req.deny_out {
+        net.deny_out.clone_from(d);
+    }
+    check_cidrs(&net.allow_out)?;
+    check_cidrs(&net.deny_out)?;
+    if net.mode == NetworkModeName::None && !(net.allow_out.is_empty() && net.deny_out.is_empty()) {
+        return Err(Error::Unsupported(
+            "allow_out and deny_out need network mode internet".into(),
+        ));
+    }
+    Ok(net)
+}
+
+/// Checks a create request on its own (no state needed).
+pub fn validate(req: &CreateSandbox) -> Result<()> {
+    if req.image.is_some() && req.snapshot_id.is_some() {
+        return Err(Error::InvalidArgument(
+            "Give either image or snapshot_id, not both".into(),
+        ));
+    }
+    if let Some(n) = &req.name {
+        check_name(n)?;
+    }
+    let cpus = req.cpus.unwrap_or(1.0);
+    if !(cpus.is_finite() && (0.01..=1024.0).contains(&cpus)) {
+        return Err(Error::InvalidArgument(format!(
+            "cpus {cpus} is out of range (0.01-1024)"
+        )));
+    }
+    if req.memory_mb.is_some_and(|m| m < 16) {
+        return Err(Error::InvalidArgument(
+            "memory_mb must be at least 16".into(),
+        ));
+    }
+    check_env(&req.env)?;
+    check_env(&req.secrets)?;
+    network_of(req)?;
+    Ok(())
+}
+
+fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow> {
+    let net = network_of(req)?;
+    let now = now_rfc3339();
+    let mut env = req.env.clone();
+    env.extend(req.secrets.clone());
+    let boot = BootSpec {
+        id: id.to_string(),
+        image: image.clone(),
+        cpus: req.cpus.unwrap_or(1.0),
+        memory_mb: req.memory_mb.unwrap_or(512),
+        disk_mb: req.disk_mb.unwrap_or(0),
+        env,
+        network: NetworkSpec {
+            internet: net.mode == NetworkModeName::Internet,
+            allow_out: net.allow_out.clone(),
+            deny_out: net.deny_out.clone(),
+        },
+    };
+    let view = Sandbox {
+        id: id.to_string(),
+        name: req.name.clone(),
+        state: State::Creating,
+        image: image.name,
+        snapshot_id: None,
+        cpus: boot.cpus,
+        memory_mb: boot.memory_mb,
+        disk_mb: boot.disk_mb,
+        timeout_secs: req.timeout_secs.unwrap_or(0),
+        network: NetworkView {
+            mode: net.mode,
+            address: None,
+            allow_out: net.allow_out,
+            deny_out: net.deny_out,
+        },
+        labels: req.labels.clone(),
+        created_at: now.clone(),
+        last_active_at: now,
+        fork: None,
+        error: None,
+    };
+    Ok(SandboxRow { view, boot })
+}
+
+impl Manager {
+    /// Creates and boots a sandbox. Refused at once (429) over the admission caps; a
+    /// failed boot leaves a `failed` record and no host resources.
+    pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox> {
+        self.check_open()?;
+        validate(&req)?;
+        if let Some(snap) = &req.snapshot_id {
+            return Err(Error::NotFound(format!("Snapshot {snap} not found")));
+        }
+        let image = self
+            .resolve_image(req.image.as_deref().unwrap_or(DEFAULT_IMAGE))
+            .await?;
+        let row = row_for(&new_id(), &req, image)?;
+        let entry = self.admit(row)?;
+        let started = Instant::now();
+        let result = self.boot(&entry).await;
+        self.metrics.create.observe(started.elapsed());
+        result
+    }
+
+    /// Reserves room and registers the entry, atomically with the name check.
+    fn admit(&self, row: SandboxRow) -> Result<Arc<Entry>> {
+        let mut reg = self.registry_mut();
+        if let Some(name) = &row.view.name {
+            let taken = reg.entries.values().any(|e| {
+                let r = lock(&e.row);
+                r.view.state.is_live() && r.view.name.as_ref() == Some(name)
+            });
+            if taken {
+                return Err(Error::Conflict(format!(
+                    "A sandbox named {name} already exists"
+                )));
+            }
+        }
+        reg.admission.reserve(&row.view.id, row.boot.memory_mb)?;
+        let entry = Entry::new(row);
+        reg.entries.insert(entry.view().id, entry.clone());
+        Ok(entry)
+    }
+
+    async fn boot(&self, entry: &Arc<Entry>) -> Result<Sandbox> {
+        let _op = entry.op.lock().await;
+        let row = entry.row();
+        let id = row.view.id.clone();
+        let Some(p) = plan(row.view.state, Op::Boot) else {
+            return Err(Error::WrongState {
+                id,
+                state: row.view.state,
+            });
+        };
+        if let Err(e) = self.store.put_sandbox(row.clone()).await {
+            self.registry_mut().entries.remove(&id);
+            self.registry_mut().admission.release(&id);
+            return Err(e.into());
+        }
+        match self.backend.create(&row.boot).await {
+            Ok(booted) => {
+                lock(&entry.row).view.network.address = booted.address;
+                self.set_state(entry, p.success, None).await?;
+                entry.touch();
+                tracing::info!(sandbox = %id, image = %row.view.image, "sandbox created");
+                Ok(entry.view())
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "sandbox create failed");
+                let _ = self.backend.destroy(&id).await;
+                self.set_state(entry, p.failure, Some(format!("Create failed: {e}")))
+                    .await?;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_valid_and_distinct() {
+        let a = new_id();
+        assert!(a.starts_with("sb-") && a.len() == 19, "{a}");
+        assert_ne!(a, new_id());
+    }
+
+    #[test]
+    fn validation_catches_bad_requests() {
+        let bad = [
+            CreateSandbox {
+                image: Some("a".into()),
+                snapshot_id: Some("s".into()),
+                ..Default::default()
+            },
+            CreateSandbox {
+                name: Some("has space".into()),
+                ..Default::default()
+            },
+            CreateSandbox {
+                cpus: Some(f64::NAN),
+                ..Default::default()
+            },
+            CreateSandbox {
+                memory_mb: Some(1),
+                ..Default::default()
+            },
+            CreateSandbox {
+                env: BTreeMap::from([("A=B".into(), "x".into())]),
+                ..Default::default()
+            },
+            CreateSandbox {
+                allow_out: Some(vec!["nope".into()]),
+                ..Default::default()
+            },
+        ];
+        for req in bad {
+            assert_eq!(validate(&req).unwrap_err().status_code().0, 400, "{req:?}");
+        }
+        let deny_without_net = CreateSandbox {
+            deny_out: Some(vec!["10.0.0.0/8".into()]),
+            ..Default::default()
+        };
+        assert_eq!(
+            validate(&deny_without_net).unwrap_err().status_code().0,
+            422
+        );
+        let ok = CreateSandbox {
+            allow_internet_access: Some(true),
+            deny_out: Some(vec!["10.0.0.0/8".into()]),
+            ..Default::default()
+        };
+        validate(&ok).unwrap();
+    }
+}

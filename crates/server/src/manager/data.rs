@@ -1,0 +1,174 @@
+//! Data-plane work inside running sandboxes. The manager only checks the state and records
+//! activity; bytes flow between the backend's bounded channels and the HTTP bodies.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
+use tokio::sync::mpsc;
+
+use super::Manager;
+use crate::backend::{ExecEvent, Stream, STREAM_DEPTH};
+use crate::error::{Error, Result};
+use crate::lifecycle::{plan, Op};
+
+impl Manager {
+    /// Resolves a running sandbox for data-plane use and records the activity.
+    pub fn using(&self, id_or_name: &str) -> Result<String> {
+        self.check_open()?;
+        let entry = self.find(id_or_name)?;
+        let view = entry.view();
+        if plan(view.state, Op::Use).is_none() {
+            return Err(Error::WrongState {
+                id: view.id,
+                state: view.state,
+            });
+        }
+        entry.touch();
+        Ok(view.id)
+    }
+
+    fn touch(&self, id: &str) {
+        if let Some(e) = self.registry().entries.get(id) {
+            e.touch();
+        }
+    }
+
+    /// Runs a command; the stream ends with the exit event.
+    pub async fn exec(&self, id_or_name: &str, req: ExecRequest) -> Result<Stream<ExecEvent>> {
+        let id = self.using(id_or_name)?;
+        let started = Instant::now();
+        let inner = match self.backend.exec(&id, req).await {
+            Ok(s) => s,
+            Err(e) => {
+                crate::guest_warn!(self.guest_logs, &id, sandbox = %id, error = %e, "exec refused");
+                return Err(e.into());
+            }
+        };
+        Ok(self.observe_exec(id, started, inner))
+    }
+
+    /// Forwards an exec stream, timing it and touching the sandbox when it ends.
+    fn observe_exec(
+        &self,
+        id: String,
+        started: Instant,
+        mut inner: Stream<ExecEvent>,
+    ) -> Stream<ExecEvent> {
+        let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+        let metrics = self.metrics.clone();
+        let manager = self.weak_self();
+        tokio::spawn(async move {
+            while let Some(item) = inner.recv().await {
+                if matches!(item, Ok(ExecEvent::Exit(_))) {
+                    metrics.exec.observe(started.elapsed());
+                }
+                if tx.send(item).await.is_err() {
+                    break;
+                }
+            }
+            if let Some(m) = manager.upgrade() {
+                m.touch(&id);
+            }
+        });
+        rx
+    }
+
+    pub async fn spawn(&self, id_or_name: &str, req: ExecRequest) -> Result<ProcessInfo> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.spawn(&id, req).await?)
+    }
+
+    pub async fn processes(&self, id_or_name: &str) -> Result<Vec<ProcessInfo>> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.processes(&id).await?)
+    }
+
+    pub async fn process(&self, id_or_name: &str, pid: u64) -> Result<ProcessInfo> {
+        self.processes(id_or_name)
+            .await?
+            .into_iter()
+            .find(|p| p.id == pid)
+            .ok_or_else(|| Error::NotFound(format!("Process {pid} not found")))
+    }
+
+    pub async fn attach(
+        &self,
+        id_or_name: &str,
+        pid: u64,
+        offsets: (u64, u64),
+        follow: bool,
+    ) -> Result<Stream<ExecEvent>> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.attach(&id, pid, offsets, follow).await?)
+    }
+
+    pub async fn write_stdin(&self, id_or_name: &str, pid: u64, data: Bytes) -> Result<()> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.write_stdin(&id, pid, data).await?)
+    }
+
+    pub async fn close_stdin(&self, id_or_name: &str, pid: u64) -> Result<()> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.close_stdin(&id, pid).await?)
+    }
+
+    pub async fn signal(&self, id_or_name: &str, pid: u64, signal: i32) -> Result<()> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.signal(&id, pid, signal).await?)
+    }
+
+    pub async fn wait(
+        &self,
+        id_or_name: &str,
+        pid: u64,
+        timeout_ms: Option<u64>,
+    ) -> Result<ExitInfo> {
+        let id = self.using(id_or_name)?;
+        let r = self.backend.wait(&id, pid, timeout_ms).await;
+        self.touch(&id);
+        Ok(r?)
+    }
+
+    pub async fn read_file(
+        &self,
+        id_or_name: &str,
+        path: &str,
+    ) -> Result<(FileStat, Stream<Bytes>)> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.read_file(&id, path).await?)
+    }
+
+    pub async fn write_file(
+        &self,
+        id_or_name: &str,
+        path: &str,
+        mode: Option<u32>,
+        data: Stream<Bytes>,
+    ) -> Result<u64> {
+        let id = self.using(id_or_name)?;
+        let r = self.backend.write_file(&id, path, mode, data).await;
+        self.touch(&id);
+        Ok(r?)
+    }
+
+    pub async fn list_dir(&self, id_or_name: &str, path: &str) -> Result<Vec<DirEntry>> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.list_dir(&id, path).await?)
+    }
+
+    pub async fn stat(&self, id_or_name: &str, path: &str) -> Result<FileStat> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.stat(&id, path).await?)
+    }
+
+    pub async fn remove(&self, id_or_name: &str, path: &str, recursive: bool) -> Result<()> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.remove(&id, path, recursive).await?)
+    }
+
+    pub async fn mkdir(&self, id_or_name: &str, path: &str, parents: bool) -> Result<()> {
+        let id = self.using(id_or_name)?;
+        Ok(self.backend.mkdir(&id, path, parents).await?)
+    }
+}

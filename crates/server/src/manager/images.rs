@@ -1,0 +1,204 @@
+//! Images: named, sealed base layers built by the backend and recorded in the store.
+
+use tokio::sync::mpsc;
+
+use super::{now_rfc3339, Manager};
+use crate::api::types::{BuildImage, Image, DEFAULT_IMAGE};
+use crate::backend::{ImageBuild, ImageSpec};
+use crate::error::{Error, Result};
+
+/// Builders the runtime offers.
+pub const BUILDERS: [&str; 3] = ["busybox", "debian", "python"];
+
+fn check_image_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
+        && !name.starts_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "Invalid image name {name:?}: use 1-64 of lowercase letters, digits, '-', '_' and '.'"
+        )))
+    }
+}
+
+fn check_package(p: &str) -> Result<()> {
+    let ok = !p.is_empty()
+        && p.len() <= 200
+        && !p.starts_with('-')
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.+:=<>~[],".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "Invalid package name {p:?}"
+        )))
+    }
+}
+
+/// Checks an image build request.
+pub fn validate_build(req: &BuildImage) -> Result<()> {
+    check_image_name(&req.name)?;
+    if !BUILDERS.contains(&req.builder.as_str()) {
+        return Err(Error::InvalidArgument(format!(
+            "Unknown builder {:?} (one of {})",
+            req.builder,
+            BUILDERS.join(", ")
+        )));
+    }
+    if req.builder == "busybox" && !(req.apt.is_empty() && req.pip.is_empty()) {
+        return Err(Error::Unsupported(
+            "The busybox builder takes no packages".into(),
+        ));
+    }
+    if req.builder == "debian" && !req.pip.is_empty() {
+        return Err(Error::Unsupported(
+            "pip packages need the python builder".into(),
+        ));
+    }
+    req.apt
+        .iter()
+        .chain(&req.pip)
+        .try_for_each(|p| check_package(p))
+}
+
+impl Manager {
+    /// Builds (or rebuilds) an image, sending progress lines to `progress`.
+    pub async fn build_image(
+        &self,
+        req: BuildImage,
+        progress: mpsc::Sender<String>,
+    ) -> Result<Image> {
+        self.check_open()?;
+        validate_build(&req)?;
+        let _build = self.image_builds.lock().await;
+        self.build_locked(req, progress).await
+    }
+
+    async fn build_locked(&self, req: BuildImage, progress: mpsc::Sender<String>) -> Result<Image> {
+        let build = ImageBuild {
+            name: req.name.clone(),
+            builder: req.builder.clone(),
+            apt: req.apt,
+            pip: req.pip,
+        };
+        let built = self.backend.build_image(&build, progress).await?;
+        let image = Image {
+            name: req.name,
+            layer_id: built.layer_id,
+            size_bytes: built.size_bytes,
+            created_at: now_rfc3339(),
+            builder: req.builder,
+        };
+        if let Some(old) = self.store.image(image.name.clone()).await? {
+            if old.layer_id != image.layer_id {
+                let _ = self.backend.remove_image(&old.layer_id).await;
+            }
+        }
+        self.store.put_image(image.clone()).await?;
+        tracing::info!(image = %image.name, layer = %image.layer_id, "image built");
+        Ok(image)
+    }
+
+    /// Every image.
+    pub async fn images(&self) -> Result<Vec<Image>> {
+        Ok(self.store.images().await?)
+    }
+
+    /// Removes an image name. Sandboxes using it keep their disks (layers are shared).
+    pub async fn delete_image(&self, name: &str) -> Result<()> {
+        let Some(image) = self.store.image(name.to_string()).await? else {
+            return Err(Error::NotFound(format!("Image {name} not found")));
+        };
+        self.store.delete_image(name.to_string()).await?;
+        self.backend.remove_image(&image.layer_id).await?;
+        Ok(())
+    }
+
+    /// The image a new sandbox boots from; the default image is built on first use.
+    pub(super) async fn resolve_image(&self, name: &str) -> Result<ImageSpec> {
+        if let Some(i) = self.store.image(name.to_string()).await? {
+            return Ok(ImageSpec {
+                name: i.name,
+                layer_id: i.layer_id,
+            });
+        }
+        if name != DEFAULT_IMAGE {
+            return Err(Error::NotFound(format!(
+                "Image {name} not found (build it with `sandfork image build {name} --builder ...`)"
+            )));
+        }
+        let _build = self.image_builds.lock().await;
+        if let Some(i) = self.store.image(name.to_string()).await? {
+            return Ok(ImageSpec {
+                name: i.name,
+                layer_id: i.layer_id,
+            });
+        }
+        let req = BuildImage {
+            name: name.into(),
+            builder: name.into(),
+            ..Default::default()
+        };
+        let (tx, mut rx) = mpsc::channel(16);
+        tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let i = self.build_locked(req, tx).await?;
+        Ok(ImageSpec {
+            name: i.name,
+            layer_id: i.layer_id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_requests_are_checked() {
+        let ok = BuildImage {
+            name: "py".into(),
+            builder: "python".into(),
+            pip: vec!["numpy==2.0".into()],
+            ..Default::default()
+        };
+        validate_build(&ok).unwrap();
+        let bad_name = BuildImage {
+            name: "Py/x".into(),
+            ..ok.clone()
+        };
+        assert_eq!(validate_build(&bad_name).unwrap_err().status_code().0, 400);
+        let bad_builder = BuildImage {
+            builder: "alpine".into(),
+            ..ok.clone()
+        };
+        assert_eq!(
+            validate_build(&bad_builder).unwrap_err().status_code().0,
+            400
+        );
+        let bad_pkg = BuildImage {
+            pip: vec!["x; rm -rf /".into()],
+            ..ok.clone()
+        };
+        assert_eq!(validate_build(&bad_pkg).unwrap_err().status_code().0, 400);
+        let opt = BuildImage {
+            pip: vec!["--index-url".into()],
+            ..ok.clone()
+        };
+        assert_eq!(validate_build(&opt).unwrap_err().status_code().0, 400);
+        let busybox_pkgs = BuildImage {
+            builder: "busybox".into(),
+            apt: vec!["curl".into()],
+            ..ok
+        };
+        assert_eq!(
+            validate_build(&busybox_pkgs).unwrap_err().status_code().0,
+            422
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! The manager: the one owner of sandbox lifecycles.
+//!
+//! Every lifecycle operation on a sandbox holds that sandbox's operation lock, so concurrent
+//! requests on one sandbox are serialized while different sandboxes proceed in parallel.
+//! State changes go through [`crate::lifecycle::plan`] and are persisted before and after
+//! the backend acts, so a crash at any point leaves a record recovery can act on.
+
+mod admission;
+mod create;
+mod data;
+mod images;
+mod reaper;
+mod recover;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use crate::api::types::{ListQuery, Sandbox};
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::lifecycle::{plan, Op, State};
+use crate::logs::RateLimit;
+use crate::metrics::Metrics;
+use crate::store::{SandboxRow, Store};
+
+pub use admission::Admission;
+pub use images::{validate_build, BUILDERS};
+pub use reaper::{idle_action, IdleAction};
+
+/// One sandbox known to the manager.
+pub(crate) struct Entry {
+    /// Held for the whole of a lifecycle operation.
+    op: tokio::sync::Mutex<()>,
+    row: Mutex<SandboxRow>,
+    last_active: Mutex<Instant>,
+}
+
+impl Entry {
+    fn new(row: SandboxRow) -> Arc<Entry> {
+        Arc::new(Entry {
+            op: tokio::sync::Mutex::new(()),
+            row: Mutex::new(row),
+            last_active: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn row(&self) -> SandboxRow {
+        lock(&self.row).clone()
+    }
+
+    fn view(&self) -> Sandbox {
+        lock(&self.row).view.clone()
+    }
+
+    fn state(&self) -> State {
+        lock(&self.row).view.state
+    }
+
+    fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+        lock(&self.row).view.last_active_at = now_rfc3339();
+    }
+
+    fn idle_for(&self) -> Duration {
+        lock(&self.last_active).elapsed()
+    }
+}
+
+/// Locks a std mutex, recovering the data if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The current time in RFC 3339 (UTC, seconds).
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Sandboxes by id, and the admission ledger, under one lock so that name checks and
+/// reservations are atomic.
+struct Registry {
+    entries: HashMap<String, Arc<Entry>>,
+    admission: Admission,
+}
+
+/// The lifecycle manager.
+pub struct Manager {
+    backend: Arc<dyn Backend>,
+    store: Store,
+    config: Config,
+    metrics: Arc<Metrics>,
+    guest_logs: RateLimit,
+    registry: RwLock<Registry>,
+    shutting_down: AtomicBool,
+    /// Serializes image builds (and the default image's first build).
+    image_builds: tokio::sync::Mutex<()>,
+    me: Weak<Manager>,
+}
+
+impl Manager {
+    /// Creates the manager and recovers the sandboxes a previous daemon left.
+    pub async fn start(
+        config: Config,
+        backend: Arc<dyn Backend>,
+        store: Store,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Manager>> {
+        let admission = Admission::new(config.max_sandboxes, config.max_memory_mb);
+        let manager = Arc::new_cyclic(|me| Manager {
+            backend,
+            store,
+            config,
+            metrics,
+            guest_logs: RateLimit::new(Duration::from_secs(10), 20),
+            registry: RwLock::new(Registry {
+                entries: HashMap::new(),
+                admission,
+            }),
+            shutting_down: AtomicBool::new(false),
+            image_builds: tokio::sync::Mutex::new(()),
+            me: me.clone(),
+        });
+        manager.recover().await?;
+        manager.start_reaper();
+        Ok(manager)
+    }
+
+    /// The daemon's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The daemon's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn weak_self(&self) -> Weak<Manager> {
+        self.me.clone()
+    }
+
+    fn registry(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn registry_mut(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.registry.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Finds a sandbox by id, or by the name of a live one.
+    fn find(&self, id_or_name: &str) -> Result<Arc<Entry>> {
+        let reg = self.registry();
+        if let Some(e) = reg.entries.get(id_or_name) {
+            return Ok(e.clone());
+        }
+        reg.entries
+            .values()
+            .find(|e| {
+                let r = lock(&e.row);
+                r.view.state.is_live() && r.view.name.as_deref() == Some(id_or_name)
+            })
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("Sandbox {id_or_name} not found")))
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// One sandbox.
+    pub fn get(&self, id_or_name: &str) -> Result<Sandbox> {
+        Ok(self.find(id_or_name)?.view())
+    }
+
+    /// Sandboxes matching the query, oldest first; terminated ones only when asked for.
+    pub fn list(&self, q: &ListQuery) -> Result<Vec<Sandbox>> {
+        let state = match &q.state {
+            Some(s) => Some(
+                State::parse(s)
+                    .ok_or_else(|| Error::InvalidArgument(format!("Unknown state {s:?}")))?,
+            ),
+            None => None,
+        };
+        let mut out: Vec<Sandbox> = self
+            .registry()
+            .entries
+            .values()
+            .map(|e| e.view())
+            .filter(|v| state.map_or(v.state != State::Terminated, |s| v.state == s))
+            .filter(|v| q.name.is_none() || v.name == q.name)
+            .collect();
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(out)
+    }
+
+    /// Number of sandboxes per state (for metrics).
+    pub fn state_counts(&self) -> BTreeMap<State, u64> {
+        let mut counts = BTreeMap::new();
+        for e in self.registry().entries.values() {
+            *counts.entry(e.state()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Sets the state (and error) of an entry and persists the row.
+    async fn set_state(&self, entry: &Entry, state: State, error: Option<String>) -> Result<()> {
+        let row = {
+            let mut r = lock(&entry.row);
+            r.view.state = state;
+            if error.is_some() || state == State::Running {
+                r.view.error = error;
+            }
+            r.clone()
+        };
+        if !state.is_live() {
+            self.registry_mut().admission.release(&row.view.id);
+        }
+        self.store.put_sandbox(row).await?;
+        Ok(())
+    }
+
+    /// Terminates a sandbox (idempotent on terminated ones).
+    pub async fn terminate(&self, id_or_name: &str) -> Result<Sandbox> {
+        let entry = self.find(id_or_name)?;
+        let _op = entry.op.lock().await;
+        let state = entry.state();
+        if state == State::Terminated {
+            return Ok(entry.view());
+        }
+        let p = plan(state, Op::Terminate).ok_or_else(|| Error::WrongState {
+            id: entry.view().id,
+            state,
+        })?;
+        self.set_state(&entry, p.during, None).await?;
+        let id = entry.view().id;
+        match self.backend.destroy(&id).await {
+            Ok(()) => self.set_state(&entry, p.success, None).await?,
+            Err(e) => {
+                tracing::error!(sandbox = %id, error = %e, "terminate failed");
+                self.set_state(&entry, p.failure, Some(format!("Terminate failed: {e}")))
+                    .await?;
+                return Err(e.into());
+            }
+        }
+        tracing::info!(sandbox = %id, "sandbox terminated");
+        Ok(entry.view())
+    }
+
+    /// Stops accepting new work and waits (up to the grace period) for lifecycle
+    /// operations in flight. Running sandboxes stay running for the next daemon to adopt.
+    pub async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        let entries: Vec<Arc<Entry>> = self.registry().entries.values().cloned().collect();
+        let grace = Duration::from_secs(self.config.shutdown_grace_secs);
+        let wait_all = async {
+            for e in entries {
+                let _ = e.op.lock().await;
+            }
+        };
+        if tokio::time::timeout(grace, wait_all).await.is_err() {
+            tracing::warn!("shutdown grace period passed with operations still in flight");
+        }
+    }
+}

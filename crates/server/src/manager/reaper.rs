@@ -1,0 +1,72 @@
+//! Idle timeouts: a sandbox with `timeout_secs > 0` and no API activity for that long is
+//! terminated when unnamed; named ones go through [`idle_action`], the hook where suspend
+//! takes over once it exists.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Entry, Manager};
+use crate::api::types::Sandbox;
+use crate::lifecycle::State;
+
+/// What to do with a sandbox whose idle timeout passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleAction {
+    Terminate,
+    Suspend,
+}
+
+/// The policy: named sandboxes suspend (keeping their state), unnamed ones terminate.
+pub fn idle_action(view: &Sandbox) -> IdleAction {
+    if view.name.is_some() {
+        IdleAction::Suspend
+    } else {
+        IdleAction::Terminate
+    }
+}
+
+fn expired(entry: &Entry) -> Option<Sandbox> {
+    let view = entry.view();
+    let timeout = Duration::from_secs(view.timeout_secs);
+    let idle = view.state == State::Running && view.timeout_secs > 0 && entry.idle_for() >= timeout;
+    idle.then_some(view)
+}
+
+impl Manager {
+    pub(super) fn start_reaper(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let every = Duration::from_millis(self.config.reaper_interval_ms.max(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(m) = weak.upgrade() else { return };
+                m.reap_once().await;
+            }
+        });
+    }
+
+    /// Acts on every sandbox whose idle timeout passed.
+    pub async fn reap_once(&self) {
+        let due: Vec<Sandbox> = self
+            .registry()
+            .entries
+            .values()
+            .filter_map(|e| expired(e))
+            .collect();
+        for view in due {
+            if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            self.on_idle(view).await;
+        }
+    }
+
+    async fn on_idle(&self, view: Sandbox) {
+        let action = idle_action(&view);
+        // Suspend is not available in this runtime yet: such sandboxes are terminated too.
+        tracing::info!(sandbox = %view.id, ?action, timeout_secs = view.timeout_secs, "idle timeout");
+        if let Err(e) = self.terminate(&view.id).await {
+            tracing::warn!(sandbox = %view.id, error = %e.message(), "idle terminate failed");
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! Manager unit tests over an in-process fake backend: the state machine, admission,
+//! per-sandbox serialization, idle timeouts and recovery decisions. (Everything touching
+//! real sandboxes is tested in `tests/` against the container runtime.)
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, ExitStatus, FileStat, ProcessInfo};
+use tokio::sync::mpsc;
+
+use super::Manager;
+use crate::api::types::{CreateSandbox, ListQuery};
+use crate::backend::*;
+use crate::config::Config;
+use crate::error::Error;
+use crate::lifecycle::State;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+#[derive(Default)]
+struct Fake {
+    live: Mutex<HashSet<String>>,
+    fail_create: Mutex<bool>,
+    fail_adopt: Mutex<bool>,
+    destroyed: Mutex<Vec<String>>,
+    cleaned_keep: Mutex<Option<Vec<String>>>,
+    create_delay_ms: u64,
+    in_create: AtomicUsize,
+    max_in_create: AtomicUsize,
+}
+
+fn unsupported<T>() -> BackendResult<T> {
+    Err(BackendError::Unsupported("not in the fake".into()))
+}
+
+#[async_trait]
+impl Backend for Fake {
+    async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()> {
+        *self.cleaned_keep.lock().unwrap() = Some(keep.to_vec());
+        Ok(())
+    }
+    async fn create(&self, spec: &BootSpec) -> BackendResult<Booted> {
+        let n = self.in_create.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_create.fetch_max(n, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(self.create_delay_ms)).await;
+        self.in_create.fetch_sub(1, Ordering::SeqCst);
+        if *self.fail_create.lock().unwrap() {
+            return Err(BackendError::Host("runc refused".into()));
+        }
+        self.live.lock().unwrap().insert(spec.id.clone());
+        Ok(Booted::default())
+    }
+    async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted> {
+        if *self.fail_adopt.lock().unwrap() {
+            return Err(BackendError::Unavailable("container is gone".into()));
+        }
+        self.live.lock().unwrap().insert(spec.id.clone());
+        Ok(Booted::default())
+    }
+    async fn destroy(&self, id: &str) -> BackendResult<()> {
+        self.live.lock().unwrap().remove(id);
+        self.destroyed.lock().unwrap().push(id.to_string());
+        Ok(())
+    }
+    async fn exec(&self, _: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
+        let (tx, rx) = mpsc::channel(4);
+        let data = Bytes::from(req.args.join(" "));
+        tokio::spawn(async move {
+            let out = proto::agent::OutputStream::Stdout;
+            let _ = tx
+                .send(Ok(ExecEvent::Output {
+                    stream: out,
+                    offset: 0,
+                    data,
+                }))
+                .await;
+            let exit = ExitInfo {
+                status: ExitStatus::Code(0),
+                timed_out: false,
+            };
+            let _ = tx.send(Ok(ExecEvent::Exit(exit))).await;
+        });
+        Ok(rx)
+    }
+    async fn spawn(&self, _: &str, _: ExecRequest) -> BackendResult<ProcessInfo> {
+        unsupported()
+    }
+    async fn processes(&self, _: &str) -> BackendResult<Vec<ProcessInfo>> {
+        unsupported()
+    }
+    async fn attach(
+        &self,
+        _: &str,
+        _: u64,
+        _: (u64, u64),
+        _: bool,
+    ) -> BackendResult<Stream<ExecEvent>> {
+        unsupported()
+    }
+    async fn write_stdin(&self, _: &str, _: u64, _: Bytes) -> BackendResult<()> {
+        unsupported()
+    }
+    async fn close_stdin(&self, _: &str, _: u64) -> BackendResult<()> {
+        unsupported()
+    }
+    async fn signal(&self, _: &str, _: u64, _: i32) -> BackendResult<()> {
+        unsupported()
+    }
+    async fn wait(&self, _: &str, _: u64, _: Option<u64>) -> BackendResult<ExitInfo> {
+        unsupported()
+    }
+    async fn read_file(&self, _: &str, _: &str) -> BackendResult<(FileStat, Stream<Bytes>)> {
+        unsupported()
+    }
+    async fn write_file(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<u32>,
+        _: Stream<Bytes>,
+    ) -> BackendResult<u64> {
+        unsupported()
+    }
+    async fn list_dir(&self, _: &str, _: &str) -> BackendResult<Vec<DirEntry>> {
+        unsupported()
+    }
+    async fn stat(&self, _: &str, _: &str) -> BackendResult<FileStat> {
+        unsupported()
+    }
+    async fn remove(&self, _: &str, _: &str, _: bool) -> BackendResult<()> {
+        unsupported()
+    }
+    async fn mkdir(&self, _: &str, _: &str, _: bool) -> BackendResult<()> {
+        unsupported()
+    }
+    async fn build_image(
+        &self,
+        req: &ImageBuild,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        let _ = progress.send(format!("building {}", req.name)).await;
+        Ok(BuiltImage {
+            layer_id: format!("layer-{}", req.name),
+            size_bytes: 1,
+        })
+    }
+    async fn remove_image(&self, _: &str) -> BackendResult<()> {
+        Ok(())
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    db: std::path::PathBuf,
+    config: Config,
+}
+
+fn setup(max_sandboxes: u32, max_memory_mb: u64) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        data_dir: dir.path().into(),
+        max_sandboxes,
+        max_memory_mb,
+        reaper_interval_ms: 20,
+        ..Config::default()
+    };
+    Setup {
+        db: dir.path().join("state.db"),
+        _dir: dir,
+        config,
+    }
+}
+
+async fn manager(s: &Setup, fake: Arc<Fake>) -> Arc<Manager> {
+    let store = Store::open(&s.db).unwrap();
+    Manager::start(s.config.clone(), fake, store, Arc::new(Metrics::default()))
+        .await
+        .unwrap()
+}
+
+fn req(memory_mb: u64) -> CreateSandbox {
+    CreateSandbox {
+        memory_mb: Some(memory_mb),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn create_terminate_and_wrong_state() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let sb = m.create(req(64)).await.unwrap();
+    assert_eq!(sb.state, State::Running);
+    assert_eq!(sb.image, "busybox");
+    assert!(fake.live.lock().unwrap().contains(&sb.id));
+    let done = m.terminate(&sb.id).await.unwrap();
+    assert_eq!(done.state, State::Terminated);
+    assert!(fake.live.lock().unwrap().is_empty());
+    assert_eq!(
+        m.terminate(&sb.id).await.unwrap().state,
+        State::Terminated,
+        "idempotent"
+    );
+    let e = m.exec(&sb.id, ExecRequest::default()).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::WrongState {
+                state: State::Terminated,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.status_code().0, 409);
+    assert!(e.message().contains("terminated"));
+    assert!(m.list(&ListQuery::default()).unwrap().is_empty());
+    let q = ListQuery {
+        state: Some("terminated".into()),
+        name: None,
+    };
+    assert_eq!(m.list(&q).unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn admission_refuses_at_once_and_releases() {
+    let s = setup(2, 1000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let a = m.create(req(400)).await.unwrap();
+    let e = m.create(req(700)).await.unwrap_err();
+    assert_eq!(e.status_code().0, 429, "{e:?}");
+    let _b = m.create(req(400)).await.unwrap();
+    assert_eq!(m.create(req(16)).await.unwrap_err().status_code().0, 429);
+    m.terminate(&a.id).await.unwrap();
+    m.create(req(16)).await.unwrap();
+    assert_eq!(
+        m.list(&ListQuery::default()).unwrap().len(),
+        2,
+        "refused creates left nothing"
+    );
+}
+
+#[tokio::test]
+async fn failed_create_releases_and_records_why() {
+    let s = setup(1, 1000);
+    let fake = Arc::new(Fake::default());
+    *fake.fail_create.lock().unwrap() = true;
+    let m = manager(&s, fake.clone()).await;
+    let e = m.create(req(64)).await.unwrap_err();
+    assert!(e.message().contains("runc refused"));
+    let failed = m
+        .list(&ListQuery {
+            state: Some("failed".into()),
+            name: None,
+        })
+        .unwrap();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].error.as_deref().unwrap().contains("runc refused"));
+    assert_eq!(
+        fake.destroyed.lock().unwrap().len(),
+        1,
+        "cleanup after failed create"
+    );
+    *fake.fail_create.lock().unwrap() = false;
+    m.create(req(64))
+        .await
+        .expect("the reservation was released");
+}
+
+#[tokio::test]
+async fn names_are_unique_and_resolve() {
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let named = CreateSandbox {
+        name: Some("web".into()),
+        ..Default::default()
+    };
+    let sb = m.create(named.clone()).await.unwrap();
+    assert_eq!(m.get("web").unwrap().id, sb.id);
+    assert_eq!(
+        m.create(named.clone()).await.unwrap_err().status_code().0,
+        409
+    );
+    m.terminate("web").await.unwrap();
+    m.create(named)
+        .await
+        .expect("name free again after terminate");
+}
+
+#[tokio::test]
+async fn concurrent_terminates_on_one_sandbox_are_serialized() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let sb = m.create(req(64)).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (m, id) = (m.clone(), sb.id.clone());
+            tokio::spawn(async move { m.terminate(&id).await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().state, State::Terminated);
+    }
+    assert_eq!(
+        fake.destroyed.lock().unwrap().len(),
+        1,
+        "destroyed exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn different_sandboxes_create_in_parallel() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake {
+        create_delay_ms: 200,
+        ..Default::default()
+    });
+    let m = manager(&s, fake.clone()).await;
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let m = m.clone();
+            tokio::spawn(async move { m.create(req(64)).await })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert!(fake.max_in_create.load(Ordering::SeqCst) > 1);
+}
+
+#[tokio::test]
+async fn idle_unnamed_sandboxes_are_terminated_active_ones_kept() {
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let idle = m
+        .create(CreateSandbox {
+            timeout_secs: Some(1),
+            ..req(64)
+        })
+        .await
+        .unwrap();
+    let busy = m
+        .create(CreateSandbox {
+            timeout_secs: Some(1),
+            ..req(64)
+        })
+        .await
+        .unwrap();
+    let forever = m.create(req(64)).await.unwrap();
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        m.using(&busy.id).unwrap();
+    }
+    assert_eq!(m.get(&idle.id).unwrap().state, State::Terminated);
+    assert_eq!(m.get(&busy.id).unwrap().state, State::Running);
+    assert_eq!(m.get(&forever.id).unwrap().state, State::Running);
+}
+
+#[tokio::test]
+async fn restart_readopts_running_and_fails_lost_ones() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let (kept, lost) = {
+        let m = manager(&s, fake.clone()).await;
+        (
+            m.create(req(64)).await.unwrap(),
+            m.create(req(64)).await.unwrap(),
+        )
+    };
+    fake.live.lock().unwrap().clear();
+    let fake2 = Arc::new(Fake::default());
+    // First restart: everything adopts.
+    let m = manager(&s, fake2.clone()).await;
+    let keep = fake2.cleaned_keep.lock().unwrap().clone().unwrap();
+    assert_eq!(keep.len(), 2);
+    assert_eq!(m.get(&kept.id).unwrap().state, State::Running);
+    drop(m);
+    // Second restart: adopt fails → failed and destroyed, admission released.
+    let fake3 = Arc::new(Fake::default());
+    *fake3.fail_adopt.lock().unwrap() = true;
+    let m = manager(&s, fake3.clone()).await;
+    let v = m.get(&lost.id).unwrap();
+    assert_eq!(v.state, State::Failed);
+    assert!(v.error.unwrap().contains("container is gone"));
+    assert_eq!(fake3.destroyed.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn shutdown_refuses_new_work() {
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let sb = m.create(req(64)).await.unwrap();
+    m.shutdown().await;
+    assert_eq!(m.create(req(64)).await.unwrap_err().status_code().0, 503);
+    assert_eq!(
+        m.exec(&sb.id, ExecRequest::default())
+            .await
+            .unwrap_err()
+            .status_code()
+            .0,
+        503
+    );
+}
+
+#[tokio::test]
+async fn metrics_move() {
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let sb = m.create(req(64)).await.unwrap();
+    assert_eq!(m.metrics().create.count(), 1);
+    let mut rx = m
+        .exec(
+            &sb.id,
+            ExecRequest {
+                args: vec!["hi".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    while rx.recv().await.is_some() {}
+    assert_eq!(m.metrics().exec.count(), 1);
+    assert_eq!(m.state_counts().get(&State::Running), Some(&1));
+}

@@ -1,0 +1,163 @@
+//! Typed metrics, rendered in the Prometheus text format at `/metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::lifecycle::State;
+
+/// Latency buckets, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// A latency histogram.
+pub struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_micros: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.counts[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            let n = self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {n}");
+        }
+        let count = self.count();
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+/// Every metric of the daemon.
+#[derive(Default)]
+pub struct Metrics {
+    pub create: Histogram,
+    pub exec: Histogram,
+    pub checkpoint: Histogram,
+    pub restore: Histogram,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Metrics {
+    /// Counts one error of `kind` (the API error code).
+    pub fn error(&self, kind: &'static str) {
+        if let Ok(mut e) = self.errors.lock() {
+            *e.entry(kind).or_default() += 1;
+        }
+    }
+
+    /// The error count of `kind`.
+    pub fn errors_of(&self, kind: &str) -> u64 {
+        self.errors
+            .lock()
+            .map(|e| e.get(kind).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Renders everything; `states` is the current count of sandboxes per state.
+    pub fn render(&self, states: &BTreeMap<State, u64>) -> String {
+        let mut out = String::new();
+        render_states(&mut out, states);
+        self.create.render(
+            &mut out,
+            "sandfork_create_seconds",
+            "Sandbox create latency.",
+        );
+        self.exec.render(
+            &mut out,
+            "sandfork_exec_seconds",
+            "Exec latency (start to exit).",
+        );
+        self.checkpoint.render(
+            &mut out,
+            "sandfork_checkpoint_seconds",
+            "Checkpoint latency.",
+        );
+        self.restore
+            .render(&mut out, "sandfork_restore_seconds", "Restore latency.");
+        let _ = writeln!(
+            out,
+            "# HELP sandfork_errors_total API errors by kind.\n# TYPE sandfork_errors_total counter"
+        );
+        if let Ok(errors) = self.errors.lock() {
+            for (kind, n) in errors.iter() {
+                let _ = writeln!(out, "sandfork_errors_total{{kind=\"{kind}\"}} {n}");
+            }
+        }
+        out
+    }
+}
+
+fn render_states(out: &mut String, states: &BTreeMap<State, u64>) {
+    let _ = writeln!(
+        out,
+        "# HELP sandfork_sandboxes Sandboxes by state.\n# TYPE sandfork_sandboxes gauge"
+    );
+    for s in crate::lifecycle::ALL_STATES {
+        let n = states.get(&s).copied().unwrap_or(0);
+        let _ = writeln!(out, "sandfork_sandboxes{{state=\"{s}\"}} {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_counts_cumulatively() {
+        let m = Metrics::default();
+        m.exec.observe(Duration::from_millis(7));
+        m.exec.observe(Duration::from_secs(3));
+        let text = m.render(&BTreeMap::new());
+        assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.005\"} 0"));
+        assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.01\"} 1"));
+        assert!(text.contains("sandfork_exec_seconds_bucket{le=\"5\"} 2"));
+        assert!(text.contains("sandfork_exec_seconds_count 2"));
+    }
+
+    #[test]
+    fn errors_and_states_render() {
+        let m = Metrics::default();
+        m.error("not_found");
+        m.error("not_found");
+        let states = BTreeMap::from([(State::Running, 3)]);
+        let text = m.render(&states);
+        assert!(text.contains("sandfork_errors_total{kind=\"not_found\"} 2"));
+        assert!(text.contains("sandfork_sandboxes{state=\"running\"} 3"));
+        assert!(text.contains("sandfork_sandboxes{state=\"failed\"} 0"));
+    }
+}
