@@ -1,0 +1,168 @@
+//! The host side of the agent protocol.
+//!
+//! Every call opens a fresh connection (no state depends on one staying open, so the
+//! client keeps working across a checkpoint/restore of the sandbox). The socket is reached
+//! without following symlinks: the sandbox can write to the socket directory and could
+//! otherwise point `agent.sock` at any socket on the host.
+
+mod connect;
+mod exec;
+mod files;
+mod procs;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::agent::{AgentError, HelloInfo, Identity, Message, Request, SOCKET_NAME};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::codec::{CodecError, FrameReader, FrameWriter};
+
+pub use exec::{ExecEvent, ExecOutput, ExecStdin, ExecStream};
+pub use files::{FileDownload, WriteOptions};
+pub use procs::{AttachEvent, AttachStream};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to the agent socket {path}")]
+    Connect {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} is not a socket; refusing to use it")]
+    NotASocket(PathBuf),
+    #[error("agent connection failed")]
+    Io(#[from] std::io::Error),
+    #[error("agent sent an invalid frame")]
+    Protocol(#[from] proto::agent::ProtoError),
+    #[error("agent closed the connection unexpectedly")]
+    Closed,
+    #[error("agent sent an unexpected {0} frame")]
+    Unexpected(String),
+    /// The agent refused or failed the request; its message is for the user.
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error("agent output exceeds the limit of {0} bytes")]
+    TooLarge(u64),
+    #[error("agent not ready after {waited:?}")]
+    NotReady {
+        waited: Duration,
+        source: Box<ClientError>,
+    },
+}
+
+impl From<CodecError> for ClientError {
+    fn from(e: CodecError) -> Self {
+        match e {
+            CodecError::Io(e) => Self::Io(e),
+            CodecError::Proto(e) => Self::Protocol(e),
+            CodecError::Truncated => Self::Closed,
+        }
+    }
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// One open request: the agent's frames come in on `reader`.
+pub(crate) struct Conn {
+    pub reader: FrameReader<OwnedReadHalf>,
+    pub writer: FrameWriter<OwnedWriteHalf>,
+}
+
+impl Conn {
+    /// The next frame; an agent `Error` frame becomes `Err`.
+    pub async fn recv(&mut self) -> Result<Message> {
+        match self.reader.read().await? {
+            Some(Message::Error(e)) => Err(ClientError::Agent(e)),
+            Some(m) => Ok(m),
+            None => Err(ClientError::Closed),
+        }
+    }
+
+    pub async fn send(&mut self, msg: &Message) -> Result<()> {
+        Ok(self.writer.send(msg).await?)
+    }
+}
+
+pub(crate) fn unexpected(m: &Message) -> ClientError {
+    let dbg = format!("{m:?}");
+    ClientError::Unexpected(dbg.split(['(', ' ', '{']).next().unwrap_or("").to_string())
+}
+
+/// A handle on one sandbox's agent. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AgentClient {
+    dir: Arc<PathBuf>,
+}
+
+impl AgentClient {
+    /// A client for the agent listening on `socket_dir/agent.sock`.
+    pub fn new(socket_dir: &Path) -> Self {
+        Self {
+            dir: Arc::new(socket_dir.to_path_buf()),
+        }
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join(SOCKET_NAME)
+    }
+
+    /// Connects and sends `req`; the rest of the exchange is the caller's.
+    pub(crate) async fn request(&self, req: Request) -> Result<Conn> {
+        let stream = connect::connect(&self.dir).await?;
+        let (r, w) = stream.into_split();
+        let mut conn = Conn {
+            reader: FrameReader::new(r),
+            writer: FrameWriter::new(w),
+        };
+        conn.writer.send_first(&Message::Request(req)).await?;
+        conn.reader.read_preamble().await?;
+        Ok(conn)
+    }
+
+    /// Sends `req` and returns the single reply frame.
+    pub(crate) async fn call(&self, req: Request) -> Result<Message> {
+        self.request(req).await?.recv().await
+    }
+
+    /// Sends `req`, which must be answered by `Done`.
+    pub(crate) async fn call_done(&self, req: Request) -> Result<()> {
+        match self.call(req).await? {
+            Message::Done => Ok(()),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    pub async fn hello(&self) -> Result<HelloInfo> {
+        match self.call(Request::Hello).await? {
+            Message::Hello(h) => Ok(h),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    /// Polls [`Self::hello`] until it answers or `timeout` passes.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<HelloInfo> {
+        let start = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let err = match self.hello().await {
+                Ok(h) => return Ok(h),
+                Err(e) => e,
+            };
+            if start.elapsed() + pause > timeout {
+                return Err(ClientError::NotReady {
+                    waited: start.elapsed(),
+                    source: Box::new(err),
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Sets the sandbox's fork identity (after a fork or restore).
+    pub async fn set_identity(&self, identity: Identity) -> Result<()> {
+        self.call_done(Request::SetIdentity(identity)).await
+    }
+}

@@ -1,0 +1,122 @@
+//! Background processes: spawn, list, attach, stdin, signal, wait.
+
+use std::time::Duration;
+
+use proto::agent::{ExecRequest, ExitInfo, Message, OutputStream, ProcessInfo, Request};
+
+use super::{unexpected, AgentClient, Conn, Result};
+
+/// What an attached client receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachEvent {
+    Output {
+        stream: OutputStream,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    /// Bytes `from..to` of `stream` were dropped from the agent's bounded buffer.
+    Dropped {
+        stream: OutputStream,
+        from: u64,
+        to: u64,
+    },
+    /// The process ended and all its output was delivered. Last event.
+    Exit(ExitInfo),
+    /// Caught up with the output so far (attach without `follow`). Last event.
+    CaughtUp,
+}
+
+/// Output of a background process, as it arrives.
+pub struct AttachStream {
+    conn: Conn,
+    done: bool,
+}
+
+impl AttachStream {
+    /// The next event; `None` after [`AttachEvent::Exit`] or [`AttachEvent::CaughtUp`].
+    pub async fn next(&mut self) -> Result<Option<AttachEvent>> {
+        if self.done {
+            return Ok(None);
+        }
+        let ev = match self.conn.recv().await? {
+            Message::Output {
+                stream,
+                offset,
+                data,
+            } => AttachEvent::Output {
+                stream,
+                offset,
+                data,
+            },
+            Message::OutputDropped { stream, from, to } => {
+                AttachEvent::Dropped { stream, from, to }
+            }
+            Message::Exit(e) => AttachEvent::Exit(e),
+            Message::Eof => AttachEvent::CaughtUp,
+            m => return Err(unexpected(&m)),
+        };
+        self.done = matches!(ev, AttachEvent::Exit(_) | AttachEvent::CaughtUp);
+        Ok(Some(ev))
+    }
+}
+
+impl AgentClient {
+    /// Starts a background process and returns its `(id, pid)`. It keeps running, and
+    /// its output keeps being buffered, whether or not any client is connected.
+    pub async fn spawn(&self, req: ExecRequest) -> Result<(u64, u32)> {
+        match self.call(Request::Spawn(req)).await? {
+            Message::Spawned { id, pid } => Ok((id, pid)),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {
+        match self.call(Request::ListProcesses).await? {
+            Message::Processes(p) => Ok(p),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    /// Streams output of process `id` from the given offsets (0, 0 = everything still
+    /// buffered). With `follow`, until the process ends; otherwise until caught up.
+    pub async fn attach(&self, id: u64, offsets: (u64, u64), follow: bool) -> Result<AttachStream> {
+        let (stdout_offset, stderr_offset) = offsets;
+        let req = Request::Attach {
+            id,
+            stdout_offset,
+            stderr_offset,
+            follow,
+        };
+        Ok(AttachStream {
+            conn: self.request(req).await?,
+            done: false,
+        })
+    }
+
+    pub async fn write_stdin(&self, id: u64, data: &[u8]) -> Result<()> {
+        self.call_done(Request::WriteStdin {
+            id,
+            data: data.to_vec(),
+        })
+        .await
+    }
+
+    pub async fn close_stdin(&self, id: u64) -> Result<()> {
+        self.call_done(Request::CloseStdin { id }).await
+    }
+
+    /// Sends `signal` to the process (to its whole process group if `group`).
+    pub async fn signal(&self, id: u64, signal: i32, group: bool) -> Result<()> {
+        self.call_done(Request::Signal { id, signal, group }).await
+    }
+
+    /// Waits for the process to end; `Agent` error of kind `TimedOut` when `timeout`
+    /// passes first.
+    pub async fn wait(&self, id: u64, timeout: Option<Duration>) -> Result<ExitInfo> {
+        let timeout_ms = timeout.map(|t| t.as_millis().min(u64::MAX as u128) as u64);
+        match self.call(Request::Wait { id, timeout_ms }).await? {
+            Message::Exit(e) => Ok(e),
+            m => Err(unexpected(&m)),
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! One connection: preamble, one request, and the exchange that request defines.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::agent::{AgentError, ErrorKind, Message, Request};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+
+use crate::codec::{FrameReader, FrameWriter};
+
+use super::{exec, files, identity, Agent};
+
+pub type Reader = FrameReader<OwnedReadHalf>;
+pub type Writer = FrameWriter<OwnedWriteHalf>;
+
+/// How long a client may take to send its preamble and request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub async fn send_error(writer: &mut Writer, e: AgentError) {
+    let _ = writer.send(&Message::Error(e)).await;
+}
+
+pub async fn serve(agent: Arc<Agent>, stream: UnixStream) {
+    let (r, w) = stream.into_split();
+    let (mut reader, mut writer) = (FrameReader::new(r), FrameWriter::new(w));
+    if writer.write_preamble().await.is_err() {
+        return;
+    }
+    let first = tokio::time::timeout(REQUEST_TIMEOUT, async {
+        reader.read_preamble().await?;
+        reader.read().await
+    });
+    match first.await {
+        Ok(Ok(Some(Message::Request(req)))) => dispatch(&agent, req, reader, writer).await,
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => {
+            tracing::debug!("bad frame from client: {e}");
+            send_error(
+                &mut writer,
+                AgentError::new(ErrorKind::InvalidInput, e.to_string()),
+            )
+            .await;
+        }
+        Ok(Ok(Some(_))) => {
+            send_error(
+                &mut writer,
+                AgentError::new(ErrorKind::InvalidInput, "expected a request"),
+            )
+            .await;
+        }
+        Err(_) => {
+            send_error(
+                &mut writer,
+                AgentError::new(ErrorKind::TimedOut, "no request received"),
+            )
+            .await
+        }
+    }
+}
+
+async fn dispatch(agent: &Agent, req: Request, mut reader: Reader, mut writer: Writer) {
+    let max = agent.config.max_transfer;
+    let reply = match req {
+        Request::Exec(req) => return exec::exec(agent, req, reader, writer).await,
+        Request::Attach {
+            id,
+            stdout_offset,
+            stderr_offset,
+            follow,
+        } => {
+            return attach(
+                agent,
+                id,
+                [stdout_offset, stderr_offset],
+                follow,
+                reader,
+                writer,
+            )
+            .await;
+        }
+        Request::WriteFile {
+            path,
+            mode,
+            create_parents,
+        } => {
+            return files::write_file(path, mode, create_parents, max, &mut reader, &mut writer)
+                .await;
+        }
+        Request::ReadFile {
+            path,
+            offset,
+            limit,
+        } => files::read_file(path, offset, limit, max, &mut writer)
+            .await
+            .map(|()| None),
+        Request::ListDir { path } => files::list_dir(path, &mut writer).await.map(|()| None),
+        Request::Hello => Ok(Some(Message::Hello(agent.hello()))),
+        Request::Spawn(req) => {
+            let env = agent.base_env();
+            agent
+                .procs
+                .spawn(&agent.reaper, req, &env)
+                .map(|(id, pid)| Some(Message::Spawned { id, pid }))
+        }
+        Request::ListProcesses => Ok(Some(Message::Processes(agent.procs.list()))),
+        other => process_or_file(agent, other).await.map(Some),
+    };
+    match reply {
+        Ok(Some(msg)) => {
+            let _ = writer.send(&msg).await;
+        }
+        Ok(None) => {}
+        Err(e) => send_error(&mut writer, e).await,
+    }
+}
+
+/// Requests answered by exactly one frame.
+async fn process_or_file(agent: &Agent, req: Request) -> Result<Message, AgentError> {
+    match req {
+        Request::WriteStdin { id, data } => agent
+            .procs
+            .get(id)?
+            .write_stdin(&data)
+            .await
+            .map(|()| Message::Done),
+        Request::CloseStdin { id } => {
+            agent.procs.get(id)?.close_stdin().await;
+            Ok(Message::Done)
+        }
+        Request::Signal { id, signal, group } => agent
+            .procs
+            .get(id)?
+            .signal(signal, group)
+            .map(|()| Message::Done),
+        Request::Wait { id, timeout_ms } => {
+            let proc = agent.procs.get(id)?;
+            proc.wait(timeout_ms).await.map(Message::Exit)
+        }
+        Request::Stat { path } => files::stat(path).await,
+        Request::Remove { path, recursive } => files::remove(path, recursive).await,
+        Request::Mkdir {
+            path,
+            parents,
+            mode,
+        } => files::mkdir(path, parents, mode).await,
+        Request::SetIdentity(id) => {
+            identity::apply(&id, &agent.config.identity_dir)?;
+            agent.set_identity(id);
+            Ok(Message::Done)
+        }
+        _ => Err(AgentError::new(
+            ErrorKind::InvalidInput,
+            "unexpected request",
+        )),
+    }
+}
+
+async fn attach(
+    agent: &Agent,
+    id: u64,
+    offsets: [u64; 2],
+    follow: bool,
+    mut reader: Reader,
+    mut writer: Writer,
+) {
+    match agent.procs.get(id) {
+        Ok(proc) => drop(proc.attach(offsets, follow, &mut reader, &mut writer).await),
+        Err(e) => send_error(&mut writer, e).await,
+    }
+}

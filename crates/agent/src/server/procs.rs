@@ -1,0 +1,294 @@
+//! Background processes: they run detached from any connection, their output goes to a
+//! bounded ring buffer per stream, and any number of clients attach from any offset.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use proto::agent::{
+    AgentError, ErrorKind, ExecRequest, ExitInfo, ExitStatus, Message, OutputStream, ProcessInfo,
+    ProcessState, StdinMode, CHUNK_SIZE,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+
+use super::conn::{Reader, Writer};
+use super::errors::invalid;
+use super::group::Group;
+use super::pump::{pump, OutputSink};
+use super::reaper::Reaper;
+use super::ring::Ring;
+use crate::codec::CodecError;
+
+/// Output kept per stream of each background process.
+pub const RING_CAPACITY: usize = 1 << 20;
+/// Exited processes kept in the table for `list`/`attach`/`wait`; older ones are dropped.
+const MAX_EXITED: usize = 256;
+
+struct Output {
+    streams: [Ring; 2],
+    /// The pump finished: the process exited and its output is complete.
+    done: bool,
+}
+
+pub struct Proc {
+    id: u64,
+    pid: i32,
+    command: Vec<String>,
+    started_unix_ms: u64,
+    group: Group,
+    output: Mutex<Output>,
+    /// Bumped whenever output arrives or the pump finishes.
+    changed: watch::Sender<u64>,
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+}
+
+impl Proc {
+    fn output(&self) -> MutexGuard<'_, Output> {
+        self.output.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn exit_info(&self) -> Option<ExitInfo> {
+        let status = (*self.group.exit().borrow())?;
+        Some(ExitInfo {
+            status,
+            timed_out: self.group.timed_out(),
+        })
+    }
+
+    fn info(&self) -> ProcessInfo {
+        let (stdout_len, stderr_len) = {
+            let o = self.output();
+            (o.streams[0].end(), o.streams[1].end())
+        };
+        ProcessInfo {
+            id: self.id,
+            // Pids are positive.
+            pid: self.pid as u32,
+            command: self.command.clone(),
+            state: self
+                .exit_info()
+                .map_or(ProcessState::Running, ProcessState::Exited),
+            started_unix_ms: self.started_unix_ms,
+            stdout_len,
+            stderr_len,
+            stdin_open: self.stdin.try_lock().map_or(true, |s| s.is_some()),
+        }
+    }
+}
+
+struct RingSink(Arc<Proc>);
+
+impl OutputSink for RingSink {
+    async fn output(&mut self, stream: OutputStream, data: &[u8]) -> Result<(), ()> {
+        self.0.output().streams[stream as usize].push(data);
+        self.0.changed.send_modify(|v| *v += 1);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct ProcTable {
+    next_id: AtomicU64,
+    procs: Mutex<BTreeMap<u64, Arc<Proc>>>,
+}
+
+impl ProcTable {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Proc>>> {
+        self.procs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, id: u64) -> Result<Arc<Proc>, AgentError> {
+        let not_found = || AgentError::new(ErrorKind::NotFound, format!("no process with id {id}"));
+        self.lock().get(&id).cloned().ok_or_else(not_found)
+    }
+
+    pub fn list(&self) -> Vec<ProcessInfo> {
+        self.lock().values().map(|p| p.info()).collect()
+    }
+
+    /// Starts `req` in the background and returns its id and pid.
+    pub fn spawn(
+        &self,
+        reaper: &Reaper,
+        req: ExecRequest,
+        base_env: &[(String, String)],
+    ) -> Result<(u64, u32), AgentError> {
+        let child = super::spawn::spawn(reaper, &req, base_env)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let group = Group::new(child.pid, child.exit.clone());
+        let (stdin, initial) = match req.stdin {
+            StdinMode::Stream => (child.stdin, None),
+            StdinMode::Bytes(b) => (None, child.stdin.map(|p| (p, b))),
+            StdinMode::Null => (None, None),
+        };
+        let proc = Arc::new(Proc {
+            id,
+            pid: child.pid,
+            command: std::iter::once(req.command).chain(req.args).collect(),
+            started_unix_ms: unix_ms(),
+            group: group.clone(),
+            output: Mutex::new(Output {
+                streams: [Ring::new(RING_CAPACITY), Ring::new(RING_CAPACITY)],
+                done: false,
+            }),
+            changed: watch::Sender::new(0),
+            stdin: tokio::sync::Mutex::new(stdin),
+        });
+        self.insert(proc.clone());
+        if let Some((mut pipe, bytes)) = initial {
+            tokio::spawn(async move { pipe.write_all(&bytes).await });
+        }
+        let timer = group.arm_timeout(req.timeout_ms);
+        tokio::spawn(async move {
+            let mut sink = RingSink(proc.clone());
+            let _ = pump(child.stdout, child.stderr, child.exit, &mut sink).await;
+            timer.inspect(|t| t.abort());
+            proc.output().done = true;
+            proc.changed.send_modify(|v| *v += 1);
+        });
+        Ok((id, child.pid as u32))
+    }
+
+    fn insert(&self, proc: Arc<Proc>) {
+        let mut procs = self.lock();
+        procs.insert(proc.id, proc);
+        let exited: Vec<u64> = procs
+            .values()
+            .filter(|p| p.output().done)
+            .map(|p| p.id)
+            .collect();
+        for id in exited.iter().take(exited.len().saturating_sub(MAX_EXITED)) {
+            procs.remove(id);
+        }
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Operations on one background process.
+impl Proc {
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), AgentError> {
+        let mut stdin = self.stdin.lock().await;
+        let pipe = stdin
+            .as_mut()
+            .ok_or_else(|| invalid(format!("stdin of process {} is closed", self.id)))?;
+        if let Err(e) = pipe.write_all(data).await {
+            *stdin = None;
+            return Err(super::errors::io_error(
+                &format!("stdin of process {}", self.id),
+                &e,
+            ));
+        }
+        Ok(())
+    }
+
+    pub async fn close_stdin(&self) {
+        *self.stdin.lock().await = None;
+    }
+
+    pub fn signal(&self, signal: i32, group: bool) -> Result<(), AgentError> {
+        let sig = nix::sys::signal::Signal::try_from(signal)
+            .map_err(|_| invalid(format!("invalid signal {signal}")))?;
+        if self.exit_info().is_some() {
+            return Err(invalid(format!("process {} has exited", self.id)));
+        }
+        if group {
+            self.group.signal(sig);
+        } else {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), sig);
+        }
+        Ok(())
+    }
+
+    pub async fn wait(&self, timeout_ms: Option<u64>) -> Result<ExitInfo, AgentError> {
+        let mut exit = self.group.exit();
+        let timeout = Duration::from_millis(timeout_ms.unwrap_or(u64::MAX / 4));
+        match tokio::time::timeout(timeout, super::pump::exited(&mut exit)).await {
+            Ok(_) => self.exit_info().ok_or_else(|| invalid("exit status lost")),
+            Err(_) => Err(AgentError::new(
+                ErrorKind::TimedOut,
+                format!("process {} is still running", self.id),
+            )),
+        }
+    }
+
+    /// The frames that bring an attached client from `offsets` up to date (bounded per
+    /// call), and whether the output is complete.
+    fn catch_up(&self, offsets: &mut [u64; 2]) -> (Vec<Message>, bool) {
+        let out = self.output();
+        let mut frames = Vec::new();
+        for (i, stream) in [OutputStream::Stdout, OutputStream::Stderr]
+            .into_iter()
+            .enumerate()
+        {
+            let ring = &out.streams[i];
+            if offsets[i] < ring.start() {
+                frames.push(Message::OutputDropped {
+                    stream,
+                    from: offsets[i],
+                    to: ring.start(),
+                });
+            }
+            for _ in 0..4 {
+                let (offset, data) = ring.read_from(offsets[i], CHUNK_SIZE);
+                if data.is_empty() {
+                    break;
+                }
+                offsets[i] = offset + data.len() as u64;
+                frames.push(Message::Output {
+                    stream,
+                    offset,
+                    data,
+                });
+            }
+            offsets[i] = offsets[i].max(ring.start());
+        }
+        (frames, out.done)
+    }
+
+    /// Streams output from `offsets` until the process ended (then its exit) or, without
+    /// `follow`, until caught up (then `Eof`). Stops when the client goes away.
+    pub async fn attach(
+        &self,
+        mut offsets: [u64; 2],
+        follow: bool,
+        reader: &mut Reader,
+        writer: &mut Writer,
+    ) -> Result<(), CodecError> {
+        let mut changed = self.changed.subscribe();
+        loop {
+            changed.borrow_and_update();
+            let (frames, done) = self.catch_up(&mut offsets);
+            let caught_up = frames.is_empty();
+            for f in frames {
+                writer.send(&f).await?;
+            }
+            if !caught_up {
+                continue;
+            }
+            if done {
+                let lost = ExitInfo {
+                    status: ExitStatus::Code(-1),
+                    timed_out: false,
+                };
+                return writer
+                    .send(&Message::Exit(self.exit_info().unwrap_or(lost)))
+                    .await;
+            }
+            if !follow {
+                return writer.send(&Message::Eof).await;
+            }
+            tokio::select! {
+                r = changed.changed() => r.map_err(|_| CodecError::Truncated)?,
+                _ = reader.read() => return Ok(()),
+            }
+        }
+    }
+}

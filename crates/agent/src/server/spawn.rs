@@ -1,0 +1,258 @@
+//! Turns an [`ExecRequest`] into a running child: environment, user, working directory,
+//! program lookup, its own session and process group, and pipes for stdio.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::unistd::{Gid, Uid};
+use proto::agent::{AgentError, ErrorKind, ExecRequest, StdinMode};
+use tokio::net::unix::pipe;
+
+use super::errors::{check_path, invalid, io_error};
+use super::reaper::{ExitReceiver, Reaper};
+use super::user::{self, Credentials};
+
+/// A started child and the agent's ends of its pipes.
+pub struct Child {
+    pub pid: i32,
+    pub exit: ExitReceiver,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+}
+
+/// What a request resolved to, before anything is started.
+struct Plan {
+    program: PathBuf,
+    env: BTreeMap<String, String>,
+    cwd: PathBuf,
+    creds: Option<Credentials>,
+}
+
+pub fn spawn(
+    reaper: &Reaper,
+    req: &ExecRequest,
+    base_env: &[(String, String)],
+) -> Result<Child, AgentError> {
+    let plan = plan(req, base_env, Path::new("/etc"))?;
+    let mut cmd = command(&plan, req);
+    let (mut child, exit) = reaper
+        .spawn(&mut cmd)
+        .map_err(|e| io_error(&req.command, &e))?;
+    // Pids fit in i32 (pid_max <= 2^22).
+    let pid = child.id() as i32;
+    let wrap = |fd: Option<OwnedFd>| fd.ok_or_else(|| std::io::Error::other("missing pipe"));
+    let pipes = (|| -> std::io::Result<_> {
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| pipe::Sender::from_owned_fd(s.into()))
+            .transpose()?;
+        let stdout = pipe::Receiver::from_owned_fd(wrap(child.stdout.take().map(Into::into))?)?;
+        let stderr = pipe::Receiver::from_owned_fd(wrap(child.stderr.take().map(Into::into))?)?;
+        Ok((stdin, stdout, stderr))
+    })();
+    match pipes {
+        Ok((stdin, stdout, stderr)) => Ok(Child {
+            pid,
+            exit,
+            stdin,
+            stdout,
+            stderr,
+        }),
+        Err(e) => {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::SIGKILL,
+            );
+            Err(io_error("stdio pipes", &e))
+        }
+    }
+}
+
+fn plan(req: &ExecRequest, base_env: &[(String, String)], etc: &Path) -> Result<Plan, AgentError> {
+    check_strings(req)?;
+    let creds = req
+        .user
+        .as_deref()
+        .map(|u| user::resolve(u, etc))
+        .transpose()?;
+    let env = environment(base_env, creds.as_ref(), &req.env)?;
+    let cwd = working_dir(req.cwd.as_deref(), creds.as_ref())?;
+    let program = find_program(&req.command, env.get("PATH").map(String::as_str), &cwd)?;
+    Ok(Plan {
+        program,
+        env,
+        cwd,
+        creds,
+    })
+}
+
+fn check_strings(req: &ExecRequest) -> Result<(), AgentError> {
+    if req.command.is_empty() {
+        return Err(invalid("command is empty"));
+    }
+    let all = std::iter::once(&req.command).chain(&req.args);
+    if all
+        .chain(req.env.iter().map(|(_, v)| v))
+        .any(|s| s.contains('\0'))
+    {
+        return Err(invalid(
+            "command, arguments and environment must not contain NUL bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// Base environment, then the user's HOME/USER/LOGNAME, then the request's variables.
+fn environment(
+    base: &[(String, String)],
+    creds: Option<&Credentials>,
+    extra: &[(String, String)],
+) -> Result<BTreeMap<String, String>, AgentError> {
+    let mut env: BTreeMap<String, String> = base.iter().cloned().collect();
+    if let Some(c) = creds {
+        env.insert("HOME".into(), c.home.clone().unwrap_or_else(|| "/".into()));
+        if let Some(name) = &c.name {
+            env.insert("USER".into(), name.clone());
+            env.insert("LOGNAME".into(), name.clone());
+        }
+    }
+    for (k, v) in extra {
+        if k.is_empty() || k.contains(['=', '\0']) {
+            return Err(invalid(format!("invalid environment variable name {k:?}")));
+        }
+        env.insert(k.clone(), v.clone());
+    }
+    Ok(env)
+}
+
+fn working_dir(cwd: Option<&str>, creds: Option<&Credentials>) -> Result<PathBuf, AgentError> {
+    let Some(cwd) = cwd else {
+        let home = creds.and_then(|c| c.home.as_deref()).map(Path::new);
+        return Ok(home
+            .filter(|h| h.is_dir())
+            .unwrap_or(Path::new("/"))
+            .to_path_buf());
+    };
+    let path = check_path(cwd)?;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(path.to_path_buf()),
+        Ok(_) => Err(AgentError::new(
+            ErrorKind::NotADirectory,
+            format!("working directory {cwd}: not a directory"),
+        )),
+        Err(e) => Err(io_error(&format!("working directory {cwd}"), &e)),
+    }
+}
+
+/// Resolves the program the way a shell would, so a missing one is a clear error.
+fn find_program(command: &str, path_var: Option<&str>, cwd: &Path) -> Result<PathBuf, AgentError> {
+    if command.contains('/') {
+        let path = cwd.join(command);
+        return match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => Err(AgentError::new(
+                ErrorKind::IsADirectory,
+                format!("{command}: is a directory"),
+            )),
+            Ok(_) => Ok(path),
+            Err(e) => Err(io_error(command, &e)),
+        };
+    }
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    path_var
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(command))
+        .find(|p| executable(p))
+        .ok_or_else(|| {
+            AgentError::new(
+                ErrorKind::NotFound,
+                format!("{command}: command not found in PATH"),
+            )
+        })
+}
+
+fn command(plan: &Plan, req: &ExecRequest) -> Command {
+    let mut cmd = Command::new(&plan.program);
+    cmd.arg0(&req.command)
+        .args(&req.args)
+        .env_clear()
+        .envs(&plan.env)
+        .current_dir(&plan.cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(match req.stdin {
+            StdinMode::Null => Stdio::null(),
+            StdinMode::Bytes(_) | StdinMode::Stream => Stdio::piped(),
+        });
+    let ids = plan.creds.as_ref().map(|c| {
+        let groups: Vec<Gid> = c.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        (Uid::from_raw(c.uid), Gid::from_raw(c.gid), groups)
+    });
+    // SAFETY: the closure runs in the forked child before exec and only makes raw
+    // syscalls (setsid, setgroups, setgid, setuid) on data prepared before the fork: no
+    // allocation, no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setsid()?;
+            if let Some((uid, gid, groups)) = &ids {
+                nix::unistd::setgroups(groups)?;
+                nix::unistd::setgid(*gid)?;
+                nix::unistd::setuid(*uid)?;
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_lookup() {
+        let root = Path::new("/");
+        assert_eq!(
+            find_program("sh", Some("/nope:/bin"), root).unwrap(),
+            Path::new("/bin/sh")
+        );
+        let err = find_program("no-such-cmd-x", Some("/bin"), root).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+        let err = find_program("/bin/nope", None, root).unwrap_err();
+        assert_eq!(err.message, "/bin/nope: no such file or directory");
+    }
+
+    #[test]
+    fn environment_merge() {
+        let base = [
+            ("PATH".to_string(), "/bin".to_string()),
+            ("A".into(), "1".into()),
+        ];
+        let env = environment(&base, None, &[("A".into(), "2".into())]).unwrap();
+        assert_eq!(env.get("A").map(String::as_str), Some("2"));
+        assert!(environment(&base, None, &[("A=B".into(), "2".into())]).is_err());
+    }
+
+    #[test]
+    fn working_dir_errors() {
+        assert_eq!(
+            working_dir(Some("/nonexistent-x"), None).unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            working_dir(Some("/etc/passwd"), None).unwrap_err().kind,
+            ErrorKind::NotADirectory
+        );
+        assert_eq!(working_dir(None, None).unwrap(), Path::new("/"));
+    }
+}
