@@ -91,6 +91,7 @@ class AsyncOutputStream:
         event = await _call(_next_or_end, self._stream)
         if event is _END:
             raise StopAsyncIteration
+        assert isinstance(event, OutputEvent)
         return event
 
     async def wait(self) -> CommandResult:

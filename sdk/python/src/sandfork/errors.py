@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 
 class SandforkError(Exception):
@@ -142,7 +142,7 @@ def error_from_response(status: int, body: bytes) -> SandforkError:
     return error_class_for(status)(message, code=code, status=status)
 
 
-def error_from_event(event: dict) -> SandforkError:
+def error_from_event(event: Dict[str, Any]) -> SandforkError:
     """Builds the typed exception for an in-stream ``{"type": "error"}`` record."""
     code = str(event.get("code") or "error")
     message = str(event.get("message") or "the daemon reported an error")

@@ -10,7 +10,17 @@ from enum import Enum
 from typing import Any, Dict, List, Optional, Union
 
 
-class CheckpointType(str, Enum):
+class _StrEnum(str, Enum):
+    """A string enum that prints as its value (``f"{SandboxStatus.RUNNING}"`` is ``running``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class CheckpointType(_StrEnum):
     """What a checkpoint captures.
 
     - ``FILESYSTEM``: the disk only; a sandbox restored from it boots cold.
@@ -25,7 +35,7 @@ SnapshotType = CheckpointType
 """Tensorlake's name for the same enum."""
 
 
-class SandboxStatus(str, Enum):
+class SandboxStatus(_StrEnum):
     """Lifecycle state of a sandbox, as the daemon reports it."""
 
     CREATING = "creating"
@@ -39,7 +49,7 @@ class SandboxStatus(str, Enum):
     FAILED = "failed"
 
 
-class ProcessStatus(str, Enum):
+class ProcessStatus(_StrEnum):
     """State of a background process."""
 
     RUNNING = "running"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal as _signal
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, List, Optional, Union
 
 from . import errors
 from ._streams import OutputStream
@@ -57,7 +57,7 @@ class Process:
         return self._cached().command
 
     @property
-    def args(self) -> list:
+    def args(self) -> List[str]:
         """The arguments the process was started with."""
         return self._cached().args
 

@@ -412,7 +412,7 @@ class Sandbox(FilesMixin):
         delay = 0.02
         while info.status in _TRANSITIONAL:
             if time.monotonic() > deadline:
-                raise errors.SandforkTimeoutError(f"sandbox {self.id} still {info.status.value} after {timeout:g}s")
+                raise errors.SandforkTimeoutError(f"sandbox {self.id} still {info.status} after {timeout:g}s")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
             info = self.info()
