@@ -8,7 +8,7 @@ import stat as _stat
 from typing import IO, Iterator, Optional, Union
 
 from . import errors
-from ._transport import Client
+from ._transport import Client, seg
 from .models import DirectoryEntry, DirectoryListing
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -32,7 +32,7 @@ class FilesMixin:
         raise NotImplementedError
 
     def _files_route(self, suffix: str = "") -> str:
-        return f"/v1/sandboxes/{self.id}/files{suffix}"
+        return f"/v1/sandboxes/{seg(self.id)}/files{suffix}"
 
     def write_file(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> None:
         """Writes ``data`` (bytes, or text as UTF-8) to ``path``, creating parent directories.

@@ -325,6 +325,11 @@ class Client:
         return f"cannot reach the sandfork daemon at {self.url}: {reason}; {hint}"
 
 
+def seg(value: object) -> str:
+    """A value quoted for use as one URL path segment (ids, names)."""
+    return quote(str(value), safe="")
+
+
 def _decode_json_doc(method: str, path: str, data: bytes) -> Any:
     if not data.strip():
         return None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, List, Optional, Union
 
 from . import errors
 from ._streams import OutputStream
-from ._transport import Client
+from ._transport import Client, seg
 from .models import ProcessInfo, ProcessStatus
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class Process:
 
     @property
     def _path(self) -> str:
-        return f"/v1/sandboxes/{self.sandbox.id}/processes/{self.pid}"
+        return f"/v1/sandboxes/{seg(self.sandbox.id)}/processes/{seg(self.pid)}"
 
     @property
     def command(self) -> str:

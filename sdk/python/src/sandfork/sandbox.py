@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from . import errors
 from ._files import FilesMixin
 from ._streams import OutputCallback, OutputStream
-from ._transport import Client
+from ._transport import Client, seg
 from .models import CheckpointType, CommandResult, ProcessInfo, SandboxInfo, SandboxStatus
 from .process import Process, SignalLike
 from .snapshot import ForkResult, Snapshot, fork_body
@@ -78,7 +78,7 @@ class Sandbox(FilesMixin):
 
     @property
     def _route(self) -> str:
-        return f"/v1/sandboxes/{self.id}"
+        return f"/v1/sandboxes/{seg(self.id)}"
 
     # --- lifecycle -------------------------------------------------------
 
@@ -150,7 +150,7 @@ class Sandbox(FilesMixin):
             SandboxNotFoundError: No sandbox has that id or name.
         """
         client = client or Client()
-        info = SandboxInfo.from_json(client.request_json("GET", f"/v1/sandboxes/{sandbox_id}"))
+        info = SandboxInfo.from_json(client.request_json("GET", f"/v1/sandboxes/{seg(sandbox_id)}"))
         return cls(info.id, client=client, info=info, owned=False)
 
     @classmethod

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import errors
-from ._transport import Client
+from ._transport import Client, seg
 from .models import CheckpointType, SandboxInfo, _enum_or_str, parse_time
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class Snapshot:
             SandboxNotFoundError: No snapshot has that id.
         """
         client = client or Client()
-        return cls(client.request_json("GET", f"/v1/snapshots/{snapshot_id}"), client)
+        return cls(client.request_json("GET", f"/v1/snapshots/{seg(snapshot_id)}"), client)
 
     @classmethod
     def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> List["Snapshot"]:  # noqa: A002
@@ -122,13 +122,13 @@ class Snapshot:
 
     def refresh(self) -> "Snapshot":
         """Reloads this snapshot's description from the daemon."""
-        self._load(self._client.request_json("GET", f"/v1/snapshots/{self.id}"))
+        self._load(self._client.request_json("GET", f"/v1/snapshots/{seg(self.id)}"))
         return self
 
     @classmethod
     def delete_by_id(cls, snapshot_id: str, *, client: Optional[Client] = None) -> None:
         """Deletes the snapshot with this id."""
-        (client or Client()).request("DELETE", f"/v1/snapshots/{snapshot_id}")
+        (client or Client()).request("DELETE", f"/v1/snapshots/{seg(snapshot_id)}")
 
     @_hybridmethod
     def delete(target: Any, snapshot_id: Optional[str] = None, *, client: Optional[Client] = None) -> None:  # noqa: N805
@@ -171,7 +171,7 @@ class Snapshot:
         name_prefix: Optional[str] = None,
     ) -> "ForkResult":
         body = fork_body(count, env, secrets, labels, per_child, name_prefix)
-        doc = self._client.request_json("POST", f"/v1/snapshots/{self.id}/fork", json_body=body, unbounded=True)
+        doc = self._client.request_json("POST", f"/v1/snapshots/{seg(self.id)}/fork", json_body=body, unbounded=True)
         result = ForkResult.from_json(doc, self._client, source_sandbox_id=self.source_sandbox_id)
         result.snapshot_id = result.snapshot_id or self.id
         return result
@@ -183,7 +183,7 @@ class Snapshot:
         """
         target = os.fspath(path)
         tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.sandfork-{secrets.token_hex(6)}")
-        response = self._client.open("POST", f"/v1/snapshots/{self.id}/export", unbounded=True)
+        response = self._client.open("POST", f"/v1/snapshots/{seg(self.id)}/export", unbounded=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         written = 0
         try:

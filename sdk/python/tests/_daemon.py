@@ -1,0 +1,165 @@
+"""Starting and stopping a real sandfork daemon for the tests, and checking what it left behind.
+
+The daemon binary is ``$SANDFORK_BIN``, else ``$CARGO_TARGET_DIR/debug/sandfork``,
+else ``<repo>/target/debug/sandfork``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[3]
+HEALTH_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+
+
+@dataclass
+class Daemon:
+    """A daemon started for the tests."""
+
+    url: str
+    root: Path
+    data_dir: Path
+    socket: Path
+    log: Path
+    process: subprocess.Popen
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def daemon_binary() -> Optional[Path]:
+    """Where the daemon binary is expected, or ``None`` when it is not built."""
+    if os.environ.get("SANDFORK_BIN"):
+        candidates = [Path(os.environ["SANDFORK_BIN"])]
+    else:
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
+        candidates = [target / "debug" / "sandfork", REPO / "target" / "debug" / "sandfork"]
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def implements_serve(binary: Path, *options: str) -> bool:
+    """True when ``binary serve --help`` documents the options the fixture uses."""
+    try:
+        out = subprocess.run([str(binary), "serve", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    text = out.stdout + out.stderr
+    return all(opt in text for opt in ("--data-dir", "--socket", *options))
+
+
+def _agent_env() -> dict:
+    """The daemon's environment, pointing it at the static agent when make built one."""
+    env = dict(os.environ)
+    if "SANDFORK_AGENT_BIN" not in env:
+        target = Path(env.get("CARGO_TARGET_DIR") or REPO / "target")
+        agent = target / "x86_64-unknown-linux-gnu" / "debug" / "sandfork-agent"
+        if agent.is_file():
+            env["SANDFORK_AGENT_BIN"] = str(agent)
+    env.setdefault("RUST_LOG", "info")
+    return env
+
+
+def wait_healthy(daemon: Daemon) -> None:
+    from sandfork import Client, SandforkError
+
+    client = Client(url=daemon.url, timeout=5)
+    deadline = time.monotonic() + HEALTH_TIMEOUT
+    while time.monotonic() < deadline:
+        if daemon.process.poll() is not None:
+            raise RuntimeError(f"the daemon exited with {daemon.process.returncode} before it was healthy:\n{daemon.log_tail()}")
+        try:
+            if client.request_json("GET", "/v1/health").get("status") == "ok":
+                return
+        except SandforkError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"the daemon was not healthy within {HEALTH_TIMEOUT:g}s:\n{daemon.log_tail()}")
+
+
+def start_daemon(binary: Path, extra_args: Sequence[str] = (), root: Optional[Path] = None) -> Daemon:
+    """Starts ``binary serve`` on a fresh data dir (under ``root``, else a new temp dir)."""
+    # A short path: Unix socket paths are limited to 107 bytes.
+    root = root or Path(tempfile.mkdtemp(prefix="sfsdk-"))
+    data_dir, sock, log = root / "data", root / "s.sock", root / "daemon.log"
+    data_dir.mkdir()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [str(binary), "serve", "--data-dir", str(data_dir), "--socket", str(sock), *extra_args],
+            stdout=out, stderr=subprocess.STDOUT, env=_agent_env(), start_new_session=True,
+        )  # fmt: skip
+    return Daemon(f"unix://{sock}", root, data_dir, sock, log, process)
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    if daemon.process.poll() is None:
+        daemon.process.send_signal(signal.SIGTERM)
+        try:
+            daemon.process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            daemon.process.kill()
+            daemon.process.wait()
+            raise AssertionError(f"the daemon did not stop within {STOP_TIMEOUT:g}s of SIGTERM:\n{daemon.log_tail()}")
+
+
+def leftover_mounts(root: Path) -> List[str]:
+    """Mount points under ``root`` still present in this mount namespace."""
+    prefix = str(root) + "/"
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mount_point = line.split()[4].replace("\\040", " ")
+            if mount_point.startswith(prefix) or mount_point == str(root):
+                found.append(mount_point)
+    return found
+
+
+def leftover_loop_devices(root: Path) -> List[str]:
+    """Loop devices whose backing file lies under ``root``."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            target = backing.read_text().strip()
+        except OSError:
+            continue
+        if target.startswith(str(root) + "/"):
+            found.append(f"{backing.parts[3]} -> {target}")
+    return found
+
+
+def runc_roots(data_dir: Path) -> List[Path]:
+    """Directories under the data dir that look like a runc state root."""
+    roots = [p for p in data_dir.rglob("runc") if p.is_dir()]
+    return [r for r in roots if any((c / "state.json").exists() for c in r.iterdir() if c.is_dir())] or roots
+
+
+def leftover_containers(data_dir: Path) -> List[str]:
+    """Containers runc still lists in any runc root under the data dir."""
+    if shutil.which("runc") is None:
+        return []
+    found = []
+    for root in runc_roots(data_dir):
+        out = subprocess.run(["runc", "--root", str(root), "list", "--format", "json"], capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip() not in ("", "null"):
+            found += [f"{c['id']} ({c['status']}) in {root}" for c in json.loads(out.stdout) or []]
+    return found
+
+
+def check_nothing_leaked(daemon: Daemon) -> None:
+    leaks = leftover_containers(daemon.data_dir) + leftover_mounts(daemon.root) + leftover_loop_devices(daemon.root)
+    assert not leaks, "the daemon left these behind after SIGTERM:\n" + "\n".join(leaks)

@@ -1,0 +1,79 @@
+"""A second daemon on loopback TCP with a bearer token: the token is sent, and refused when wrong."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+import sandfork
+from sandfork import Client, Sandbox
+
+from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, stop_daemon, wait_healthy
+
+pytestmark = pytest.mark.daemon
+
+TOKEN = "sdk-test-token-0123456789"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def tcp_daemon() -> Iterator[Daemon]:
+    binary = daemon_binary()
+    if binary is None or not implements_serve(binary, "--listen", "--token-file"):
+        pytest.skip("no daemon binary with `serve --listen --token-file` is built")
+    root = Path(tempfile.mkdtemp(prefix="sfsdk-tcp-"))
+    token_file = root / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = _free_port()
+    d = start_daemon(binary, ["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)], root=root)
+    d.url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy_with_token(d)
+        yield d
+    finally:
+        try:
+            stop_daemon(d)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_healthy_with_token(d: Daemon) -> None:
+    import os
+
+    old = os.environ.get("SANDFORK_TOKEN")
+    os.environ["SANDFORK_TOKEN"] = TOKEN
+    try:
+        wait_healthy(d)
+    finally:
+        if old is None:
+            os.environ.pop("SANDFORK_TOKEN", None)
+        else:
+            os.environ["SANDFORK_TOKEN"] = old
+
+
+def test_token_is_required_and_accepted(tcp_daemon: Daemon) -> None:
+    good = Client(url=tcp_daemon.url, token=TOKEN)
+    assert good.request_json("GET", "/v1/health")["status"] == "ok"
+    assert Sandbox.list(client=good) == []
+    for bad in (Client(url=tcp_daemon.url, token="wrong"), Client(url=tcp_daemon.url, token="")):
+        with pytest.raises(sandfork.AuthError) as info:
+            Sandbox.list(client=bad)
+        assert info.value.status == 401 and info.value.message
+
+
+def test_token_from_environment(tcp_daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDFORK_URL", tcp_daemon.url)
+    monkeypatch.setenv("SANDFORK_TOKEN", TOKEN)
+    assert Sandbox.list() == []
+    with pytest.raises(sandfork.SandboxNotFoundError):
+        Sandbox.connect("nope")
