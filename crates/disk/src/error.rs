@@ -29,6 +29,10 @@ pub enum Error {
     /// The kernel spoke a FUSE protocol this export does not.
     #[error("unsupported FUSE protocol from the kernel")]
     Protocol,
+    /// The kernel refused to grow a mounted ext4 (online resize needs CAP_SYS_RESOURCE).
+    /// The disk did grow; the filesystem grows at its next mount.
+    #[error("the kernel refused an online resize of the filesystem; it grows at the next mount")]
+    ResizeRefused,
     /// A request that makes no sense for this disk.
     #[error("{0}")]
     Invalid(String),

@@ -2,12 +2,38 @@
 //! host without nbd, ublk or device-mapper.
 //!
 //! ```text
-//!  ext4 (mountpoint) ─► /dev/loopN (direct I/O, 4 KiB) ─► RUNDIR/fuse/disk (FUSE)
-//!        ─► disk server process (one per disk) ─► blockstore::Disk
+//!  ext4 at the mountpoint
+//!    └─ /dev/loopN            direct I/O, 4 KiB logical blocks
+//!        └─ RUNDIR/fuse/disk  one regular file over FUSE
+//!            └─ disk server   one process per disk (`sandfork-disk serve`)
+//!                └─ blockstore::Disk
 //! ```
 //! See `docs/disk-path.md`.
 
+mod cleanup;
+pub mod control;
 mod error;
+pub mod ext4;
 pub mod fuse;
+pub mod layout;
+pub mod loopdev;
+mod mounted;
+pub mod mounts;
+pub mod server;
 
+pub use cleanup::{cleanup_stale, server_answers, CleanupReport};
 pub use error::{Error, Result};
+pub use ext4::build_ext4_image;
+pub use mounted::{server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes};
+
+/// An error and its sources on one line, for logs and wire messages.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}

@@ -53,6 +53,11 @@ impl Export {
         self.session.mountpoint().join(FILE_NAME)
     }
 
+    /// The live counters, for readers that outlive a borrow of the export.
+    pub fn stats_handle(&self) -> Arc<IoStats> {
+        self.stats.clone()
+    }
+
     pub fn stats(&self) -> IoCounters {
         self.stats.snapshot()
     }

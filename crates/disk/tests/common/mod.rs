@@ -1,0 +1,111 @@
+//! Shared fixture: a temporary store with an ext4 base image, and a guard that removes
+//! every mount, loop device and disk server below the temporary directory.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use blockstore::{LayerId, Store};
+use disk::{DiskSpec, MountOptions, MountedDisk};
+
+pub const IMAGE_SIZE: u64 = 96 << 20;
+
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub store: Store,
+    pub base: LayerId,
+}
+
+impl Fixture {
+    /// A store holding one base layer: ext4 with `/hello.txt` and `/etc/motd`.
+    pub fn new() -> Fixture {
+        std::env::set_var("SANDFORK_DISK_BIN", env!("CARGO_BIN_EXE_sandfork-disk"));
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+        std::fs::write(rootfs.join("hello.txt"), "hello from the image\n").unwrap();
+        std::fs::write(rootfs.join("etc/motd"), "base\n").unwrap();
+        let image = dir.path().join("base.img");
+        disk::build_ext4_image(&rootfs, &image, IMAGE_SIZE).unwrap();
+        let store = Store::open(&dir.path().join("store")).unwrap();
+        let base = store.import_image(&image).unwrap();
+        std::fs::remove_file(&image).unwrap();
+        Fixture { dir, store, base }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Creates disk `name` over `base` and mounts it at `<tmp>/mnt-<name>`.
+    pub fn mount_new(&self, name: &str, base: &LayerId) -> MountedDisk {
+        self.store
+            .create_disk(name, IMAGE_SIZE, Some(base))
+            .unwrap();
+        self.mount(name)
+    }
+
+    pub fn mount(&self, name: &str) -> MountedDisk {
+        let mnt = self.path(&format!("mnt-{name}"));
+        std::fs::create_dir_all(&mnt).unwrap();
+        MountedDisk::mount(&self.spec(name), &mnt, MountOptions::default()).unwrap()
+    }
+
+    pub fn spec(&self, name: &str) -> DiskSpec {
+        DiskSpec {
+            store: self.path("store"),
+            disk: name.to_owned(),
+            run_dir: self.path(&format!("run-{name}")),
+        }
+    }
+
+    /// Asserts nothing of this fixture is left: mounts, loop devices, servers.
+    pub fn assert_clean(&self) {
+        let root = self.dir.path().canonicalize().unwrap();
+        let mounts: Vec<_> = disk::mounts::mounts()
+            .into_iter()
+            .filter(|m| m.mountpoint.starts_with(&root))
+            .collect();
+        assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+        let loops: Vec<_> = disk::loopdev::attached()
+            .into_iter()
+            .filter(|(_, b)| b.starts_with(&root))
+            .collect();
+        assert!(loops.is_empty(), "loop devices left: {loops:?}");
+        let servers: Vec<_> = disk::mounts::disk_servers()
+            .into_iter()
+            .filter(|(_, d)| d.starts_with(&root))
+            .collect();
+        assert!(servers.is_empty(), "servers left: {servers:?}");
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = disk::cleanup_stale(self.dir.path());
+    }
+}
+
+pub fn read(root: &Path, file: &str) -> String {
+    std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+/// Writes `file` and makes it durable on the disk.
+pub fn write(root: &Path, file: &str, content: &[u8]) {
+    let path = root.join(file);
+    std::fs::write(&path, content).unwrap();
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+}
+
+/// A deterministic pseudo-random byte pattern.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

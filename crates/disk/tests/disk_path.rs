@@ -1,0 +1,167 @@
+//! The whole disk path on the block store, as root: image → layer → disk → FUSE → loop
+//! → ext4, seal, fork, grow, crash of the disk server, adoption, cleanup.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{pattern, read, write, Fixture};
+use disk::MountedDisk;
+
+#[test]
+fn forks_see_the_sealed_state_and_stay_independent() {
+    let fx = Fixture::new();
+    let parent = fx.mount_new("parent", &fx.base);
+    assert_eq!(
+        read(parent.mountpoint(), "hello.txt"),
+        "hello from the image\n"
+    );
+    write(parent.mountpoint(), "state.txt", b"before seal\n");
+    let (layer, times) = parent.seal_timed().unwrap();
+    assert!(times.freeze_ms >= 0.0 && times.seal_ms >= 0.0);
+
+    let fork = fx.mount_new("fork", &layer);
+    assert_eq!(read(fork.mountpoint(), "state.txt"), "before seal\n");
+    assert_eq!(
+        read(fork.mountpoint(), "hello.txt"),
+        "hello from the image\n"
+    );
+    write(fork.mountpoint(), "state.txt", b"fork wrote this\n");
+    write(parent.mountpoint(), "parent-only.txt", b"parent\n");
+    assert_eq!(read(parent.mountpoint(), "state.txt"), "before seal\n");
+    assert!(!fork.mountpoint().join("parent-only.txt").exists());
+    assert!(!parent.mountpoint().join("fork-only.txt").exists());
+
+    for m in [parent, fork] {
+        disk::ext4::unmount(m.mountpoint()).unwrap();
+        disk::ext4::fsck(&disk::layout::fuse_file(&m.spec().run_dir)).unwrap();
+        m.teardown().unwrap();
+    }
+    fx.assert_clean();
+}
+
+#[test]
+fn two_forks_written_concurrently_never_see_each_other() {
+    let fx = Fixture::new();
+    let a = fx.mount_new("a", &fx.base);
+    let b = fx.mount_new("b", &fx.base);
+    std::thread::scope(|s| {
+        for (i, m) in [&a, &b].into_iter().enumerate() {
+            s.spawn(move || {
+                for j in 0..8 {
+                    let name = format!("f{j}");
+                    write(m.mountpoint(), &name, &pattern(i as u64 * 100 + j, 1 << 20));
+                }
+            });
+        }
+    });
+    for (i, m) in [&a, &b].into_iter().enumerate() {
+        for j in 0..8 {
+            let got = std::fs::read(m.mountpoint().join(format!("f{j}"))).unwrap();
+            assert!(
+                got == pattern(i as u64 * 100 + j, 1 << 20),
+                "fork {i} file {j}"
+            );
+        }
+    }
+    a.teardown().unwrap();
+    b.teardown().unwrap();
+    fx.assert_clean();
+}
+
+#[test]
+fn grow_extends_the_filesystem_online_or_at_the_next_mount() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("g", &fx.base);
+    let blocks = |m: &MountedDisk| nix::sys::statvfs::statvfs(m.mountpoint()).unwrap().blocks();
+    let before = blocks(&m);
+    let m = match m.grow(common::IMAGE_SIZE * 2) {
+        Ok(()) => m,
+        Err(disk::Error::ResizeRefused) => {
+            m.teardown().unwrap();
+            fx.mount("g")
+        }
+        Err(e) => panic!("grow: {e:?}"),
+    };
+    let after = blocks(&m);
+    assert!(after > before * 3 / 2, "blocks {before} -> {after}");
+    assert_eq!(m.stats().unwrap().size, common::IMAGE_SIZE * 2);
+    write(m.mountpoint(), "big", &pattern(9, 120 << 20));
+    disk::ext4::unmount(m.mountpoint()).unwrap();
+    disk::ext4::fsck(&disk::layout::fuse_file(&m.spec().run_dir)).unwrap();
+    m.teardown().unwrap();
+    fx.assert_clean();
+}
+
+/// Runs `f` on a thread and fails if it takes longer than `limit` (a hang).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).expect("operation hung")
+}
+
+#[test]
+fn a_killed_server_gives_eio_and_teardown_completes() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("k", &fx.base);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid()),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    let root = m.mountpoint().to_path_buf();
+    let res = within(Duration::from_secs(20), move || {
+        let p = root.join("after-kill");
+        std::fs::write(&p, vec![1u8; 1 << 20]).and_then(|()| std::fs::File::open(&p)?.sync_all())
+    });
+    assert!(res.is_err(), "I/O after the server died must fail");
+    let t0 = Instant::now();
+    within(Duration::from_secs(30), move || m.teardown()).ok();
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    fx.assert_clean();
+}
+
+#[test]
+fn cleanup_stale_removes_a_crashed_disk() {
+    let fx = Fixture::new();
+    let alive = fx.mount_new("alive", &fx.base);
+    let dead = fx.mount_new("dead", &fx.base);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(dead.pid()),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    drop((alive, dead)); // the "daemon" crashed: handles are gone, state is not
+    let dir = fx.dir.path().to_path_buf();
+    let report = within(Duration::from_secs(60), move || disk::cleanup_stale(&dir)).unwrap();
+    assert_eq!(report.unmounted.len(), 2, "{report:?}");
+    assert_eq!(report.servers_stopped.len(), 1, "{report:?}");
+    fx.assert_clean();
+    // The disk that was cleanly stopped mounts again with its data.
+    let again = fx.mount("alive");
+    assert_eq!(
+        read(again.mountpoint(), "hello.txt"),
+        "hello from the image\n"
+    );
+    again.teardown().unwrap();
+}
+
+#[test]
+fn a_restarted_caller_adopts_a_running_disk() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("adopt", &fx.base);
+    let (spec, mnt, pid) = (m.spec().clone(), m.mountpoint().to_path_buf(), m.pid());
+    write(&mnt, "kept.txt", b"still here\n");
+    drop(m);
+    let m = MountedDisk::adopt(&spec, &mnt).unwrap();
+    assert_eq!(m.pid(), pid);
+    assert_eq!(read(&mnt, "kept.txt"), "still here\n");
+    let layer = m.seal().unwrap();
+    assert!(fx.store.layer_info(&layer).unwrap().sealed);
+    let stats = m.stats().unwrap();
+    assert!(stats.io.writes > 0 && stats.depth >= 2, "{stats:?}");
+    m.teardown().unwrap();
+    fx.assert_clean();
+}
