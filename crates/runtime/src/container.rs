@@ -165,6 +165,15 @@ impl Runtime for ContainerRuntime {
             .await
     }
 
+    async fn agent(&self, id: &str) -> Result<agent::AgentClient> {
+        let id = id.to_string();
+        let socket_dir = self.blocking(move |i| {
+            let record = lifecycle::load(&i.ctx(), &id)?;
+            Ok(i.handle(&record).socket_dir)
+        });
+        Ok(agent::AgentClient::new(&socket_dir.await?))
+    }
+
     async fn stop(&self, id: &str) -> Result<()> {
         let id = id.to_string();
         self.blocking(move |i| lifecycle::stop(&i.ctx(), &id)).await

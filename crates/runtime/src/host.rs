@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use fake::FakeHost;
-pub use real::RealHost;
+pub use real::{Disks, RealHost};
 
 use crate::error::Result;
 use crate::layout::SandboxPaths;

@@ -6,10 +6,10 @@
 //! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
 //! and `docs/security.md`.
 
-mod agent;
 mod container;
 mod error;
 pub mod host;
+pub mod image;
 pub mod layout;
 pub mod lifecycle;
 pub mod net;
@@ -37,6 +37,13 @@ pub struct SandboxHandle {
     pub socket_dir: PathBuf,
     /// The sandbox's address, with `internet`.
     pub address: Option<std::net::Ipv4Addr>,
+}
+
+impl SandboxHandle {
+    /// A client for the sandbox's agent (exec, files, processes).
+    pub fn agent(&self) -> agent::AgentClient {
+        agent::AgentClient::new(&self.socket_dir)
+    }
 }
 
 /// Lifecycle state of a sandbox.
@@ -67,6 +74,8 @@ pub trait Runtime: Send + Sync {
     /// Creates and boots a sandbox; returns once its agent answers. A failed create
     /// leaves nothing behind.
     async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle>;
+    /// A client for a sandbox's agent: the exec channel.
+    async fn agent(&self, id: &str) -> Result<agent::AgentClient>;
     /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
     async fn stop(&self, id: &str) -> Result<()>;
     /// Boots a stopped sandbox again on its disk.

@@ -214,7 +214,17 @@ impl Host for RealHost {
     }
 
     fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
-        crate::agent::wait_ready(paths, timeout)
+        let client = agent::AgentClient::new(&paths.run());
+        let wait = client.wait_ready(timeout);
+        let ready = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(wait),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Agent(e.to_string()))?
+                .block_on(wait),
+        };
+        ready.map(drop).map_err(|e| Error::Agent(e.to_string()))
     }
 
     fn cgroup_remove(&self, cgroup: &str) -> Result<()> {

@@ -1,0 +1,329 @@
+//! Images: named, sealed base layers in the block store, plus their metadata.
+//!
+//! A builder produces a root filesystem directory ([`rootfs`]); [`publish`] turns it
+//! into an ext4 image, imports it as a sealed layer pinned by ref `image-<name>`, and
+//! writes `<images>/<name>.json`. A build works in a temporary directory removed whatever
+//! happens, so a failed build leaves no half image behind.
+
+mod chroot;
+mod layers;
+pub mod rootfs;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::spec::ImageRef;
+
+pub use layers::{import_oci_layout, import_tarball};
+
+/// Image metadata, stored as `<images dir>/<name>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageMeta {
+    pub name: String,
+    /// Sealed base layer id in the block store.
+    pub layer: String,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    /// Size of the root disk image, in bytes.
+    pub size: u64,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default = "root_dir")]
+    pub cwd: String,
+}
+
+fn root_dir() -> String {
+    "/".into()
+}
+
+impl ImageMeta {
+    /// What a sandbox spec needs of this image.
+    pub fn to_ref(&self) -> ImageRef {
+        ImageRef {
+            name: self.name.clone(),
+            layer: self.layer.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+        }
+    }
+}
+
+/// One progress report of a build.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Short stage name, e.g. "debootstrap", "mkfs", "import".
+    pub stage: &'static str,
+    pub detail: String,
+}
+
+/// Receives progress reports.
+pub type ProgressFn<'a> = &'a (dyn Fn(Progress) + Sync);
+
+pub(crate) fn report(progress: ProgressFn<'_>, stage: &'static str, detail: impl Into<String>) {
+    progress(Progress {
+        stage,
+        detail: detail.into(),
+    });
+}
+
+/// Checks an image name: 1..=64 of `[a-z0-9._-]`, starting with a letter or digit.
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = (1..=64).contains(&name.len())
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Image(format!("bad image name {name:?}")))
+    }
+}
+
+/// A temporary build directory under `parent`, removed (after unmounting anything left
+/// below it) when dropped.
+pub struct BuildDir {
+    path: PathBuf,
+}
+
+impl BuildDir {
+    pub fn new(parent: &Path, name: &str) -> Result<BuildDir> {
+        std::fs::create_dir_all(parent).at(parent)?;
+        let path = parent.join(format!(".build-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path).at(&path)?;
+        Ok(BuildDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for BuildDir {
+    fn drop(&mut self) {
+        // Never recurse into something still mounted below (a build chroot's /dev).
+        if !mounts_below(&self.path).is_empty() {
+            for m in mounts_below(&self.path).iter().rev() {
+                let _ = Command::new("umount").arg("-l").arg(m).status();
+            }
+            if !mounts_below(&self.path).is_empty() {
+                return;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Mount points at or below `dir`, from /proc/self/mountinfo.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|m| m.starts_with(dir))
+        .collect()
+}
+
+/// Where images of one data directory live: the block store and the metadata files.
+pub struct Images {
+    store: blockstore::Store,
+    dir: PathBuf,
+}
+
+impl Images {
+    pub fn new(store: blockstore::Store, dir: impl Into<PathBuf>) -> Self {
+        Images {
+            store,
+            dir: dir.into(),
+        }
+    }
+
+    pub fn store(&self) -> &blockstore::Store {
+        &self.store
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn meta_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// The image named `name`.
+    pub fn get(&self, name: &str) -> Result<ImageMeta> {
+        validate_name(name)?;
+        let path = self.meta_path(name);
+        let bytes = std::fs::read(&path).at(&path)?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Record { path, source })
+    }
+
+    /// All images, by name.
+    pub fn list(&self) -> Result<Vec<ImageMeta>> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(n) = name.strip_suffix(".json") {
+                out.push(self.get(n)?);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Removes an image's metadata and unpins its layer (freed by the store's gc once no
+    /// disk uses it).
+    pub fn remove(&self, name: &str) -> Result<()> {
+        self.get(name)?;
+        let path = self.meta_path(name);
+        std::fs::remove_file(&path).at(&path)?;
+        self.store
+            .delete_ref(&ref_name(name))
+            .map_err(|e| Error::Disk(Box::new(e)))
+    }
+
+    /// Turns a finished root filesystem into image `name` (replacing any older one).
+    pub fn publish(
+        &self,
+        name: &str,
+        rootfs: &Path,
+        defaults: Defaults,
+        progress: ProgressFn<'_>,
+    ) -> Result<ImageMeta> {
+        validate_name(name)?;
+        let work = BuildDir::new(&self.dir, &format!("{name}-img"))?;
+        let image = work.path().join("root.ext4");
+        let size = ext4_size(rootfs)?;
+        report(progress, "mkfs", format!("{} MiB ext4", size >> 20));
+        build_ext4(rootfs, &image, size)?;
+        report(progress, "import", "sealing base layer");
+        let layer = self
+            .store
+            .import_image_as(&image, &ref_name(name))
+            .map_err(|e| Error::Disk(Box::new(e)))?;
+        let meta = ImageMeta {
+            name: name.into(),
+            layer: layer.to_string(),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            size,
+            env: defaults.env,
+            cwd: defaults.cwd.unwrap_or_else(root_dir),
+        };
+        let path = self.meta_path(name);
+        let tmp = work.path().join("meta.json");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(&meta).expect("meta serialises"),
+        )
+        .at(&tmp)?;
+        std::fs::rename(&tmp, &path).at(&path)?;
+        report(progress, "done", layer.to_string());
+        Ok(meta)
+    }
+}
+
+/// What to build an image from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "path", rename_all = "snake_case")]
+pub enum Source {
+    /// busybox-static and a minimal /etc; builds in seconds.
+    Busybox,
+    /// Debian minbase (debootstrap).
+    Debian,
+    /// Debian with python3, pip, venv and numpy.
+    Python,
+    /// A root filesystem tarball (`docker export` format), optionally gzip-compressed.
+    Tarball(PathBuf),
+    /// An OCI image layout directory.
+    OciLayout(PathBuf),
+}
+
+/// A user-defined image: a source plus extra packages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BuildSpec {
+    pub name: String,
+    pub source: Source,
+    #[serde(default)]
+    pub apt: Vec<String>,
+    #[serde(default)]
+    pub pip: Vec<String>,
+}
+
+impl Images {
+    /// Builds and publishes an image. Nothing is left behind if any step fails.
+    pub fn build(&self, spec: &BuildSpec, progress: ProgressFn<'_>) -> Result<ImageMeta> {
+        validate_name(&spec.name)?;
+        let work = BuildDir::new(&self.dir, &spec.name)?;
+        let root = work.path().join("rootfs");
+        std::fs::create_dir(&root).at(&root)?;
+        let mut defaults = Defaults::default();
+        match &spec.source {
+            Source::Busybox => rootfs::busybox(&root, progress)?,
+            Source::Debian => rootfs::debian(&root, progress)?,
+            Source::Python => rootfs::python(&root, progress)?,
+            Source::Tarball(t) => import_tarball(t, &root, progress)?,
+            Source::OciLayout(l) => defaults = import_oci_layout(l, &root, progress)?,
+        }
+        rootfs::apt_install(&root, &spec.apt, progress)?;
+        rootfs::pip_install(&root, &spec.pip, progress)?;
+        self.publish(&spec.name, &root, defaults, progress)
+    }
+}
+
+/// Defaults an image gives its sandboxes.
+#[derive(Debug, Clone, Default)]
+pub struct Defaults {
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+}
+
+fn ref_name(image: &str) -> String {
+    format!("image-{image}")
+}
+
+/// Disk size for a root filesystem: its contents plus half again and 256 MiB of room,
+/// rounded to MiB.
+fn ext4_size(rootfs: &Path) -> Result<u64> {
+    let out = Command::new("du")
+        .args(["-sxb", "--apparent-size"])
+        .arg(rootfs)
+        .output()
+        .at(rootfs)?;
+    let used: u64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| Error::Image("cannot measure the root filesystem".into()))?;
+    Ok((used + used / 2 + (256 << 20)).div_ceil(1 << 20) << 20)
+}
+
+/// `mkfs.ext4 -d`: builds an ext4 image of `size` bytes holding `rootfs`.
+fn build_ext4(rootfs: &Path, image: &Path, size: u64) -> Result<()> {
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-E", "root_owner=0:0", "-d"])
+        .arg(rootfs)
+        .arg(image)
+        .arg(format!("{}k", size >> 10))
+        .output()
+        .at(image)?;
+    if !out.status.success() {
+        return Err(Error::Image(format!(
+            "mkfs.ext4: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}

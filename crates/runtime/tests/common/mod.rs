@@ -1,0 +1,127 @@
+//! Shared harness of the integration tests: a private data directory with a busybox
+//! image, a runtime on the real host, and cleanup of everything on drop.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent::proto::{ExecRequest, StdinMode};
+use agent::AgentClient;
+use runtime::host::{Disks, RealHost};
+use runtime::net::NetConfig;
+use runtime::{
+    ContainerRuntime, ImageRef, NetworkMode, Resources, Runtime, RuntimeConfig, SandboxSpec,
+};
+
+pub struct TestEnv {
+    pub runtime: ContainerRuntime,
+    pub image: ImageRef,
+    pub dir: tempfile::TempDir,
+}
+
+/// A unique, valid sandbox id.
+pub fn unique_id(tag: &str) -> String {
+    let n: u32 = std::process::id()
+        ^ (std::time::SystemTime::now()
+            .elapsed()
+            .map_or(0, |d| d.as_nanos() as u32));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("t-{tag}-{:x}{:x}", n & 0xfff, nanos)
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let dir = tempfile::Builder::new()
+            .prefix("sandfork-rt-")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        let images = dir.path().join("images");
+        let rootfs = images.join("busybox");
+        std::fs::create_dir_all(&rootfs).unwrap();
+        runtime::image::rootfs::busybox(&rootfs, &|_| {}).unwrap();
+        let mut config = RuntimeConfig::new(&data).unwrap();
+        config.net = NetConfig {
+            lease_dir: PathBuf::from("/run/sandfork/leases"),
+            ..NetConfig::default()
+        };
+        config.ready_timeout = Duration::from_secs(20);
+        let host = RealHost::new(Disks::Directory { images }, "/run/sandfork");
+        let runtime = ContainerRuntime::new(config, Arc::new(host));
+        let image = ImageRef {
+            name: "busybox".into(),
+            layer: "busybox".into(),
+            env: Default::default(),
+            cwd: "/".into(),
+        };
+        TestEnv {
+            runtime,
+            image,
+            dir,
+        }
+    }
+
+    pub fn spec(&self, tag: &str) -> SandboxSpec {
+        SandboxSpec {
+            id: unique_id(tag),
+            image: self.image.clone(),
+            resources: Resources {
+                cpus: 1.0,
+                memory_mb: 256,
+                pids: 256,
+                disk_mb: 0,
+            },
+            env: Default::default(),
+            network: NetworkMode::None,
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        // Drop may run inside the test's runtime: clean up from a thread of its own.
+        let runtime = self.runtime.clone();
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                for id in runtime.list().await.unwrap_or_default() {
+                    if let Err(e) = runtime.destroy(&id).await {
+                        eprintln!("cleanup of {id} failed: {e}");
+                    }
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+pub fn req(cmd: &str, args: &[&str]) -> ExecRequest {
+    ExecRequest {
+        command: cmd.into(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: Vec::new(),
+        cwd: None,
+        user: None,
+        stdin: StdinMode::Null,
+        timeout_ms: None,
+    }
+}
+
+/// Runs `sh -c script`; returns (exit code, stdout, stderr).
+pub async fn sh(agent: &AgentClient, script: &str) -> (Option<i32>, String, String) {
+    let out = agent
+        .exec_collect(req("/bin/sh", &["-c", script]), 1 << 20)
+        .await
+        .unwrap();
+    (
+        out.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,115 @@
+//! Create, exec and destroy of real sandboxes (root, runc).
+
+mod common;
+
+use agent::proto::StdinMode;
+use common::{req, sh, TestEnv};
+use runtime::Runtime;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn echo_has_exact_output_and_exit_code() {
+    let env = TestEnv::new();
+    let sb = env.runtime.create(env.spec("echo")).await.unwrap();
+    let out = sb
+        .agent()
+        .exec_collect(req("echo", &["hi"]), 1024)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"hi\n");
+    assert!(out.stderr.is_empty());
+    assert_eq!(out.code(), Some(0));
+    let (code, _, _) = sh(&sb.agent(), "exit 7").await;
+    assert_eq!(code, Some(7));
+    env.runtime.destroy(&sb.id).await.unwrap();
+    assert!(!sb.dir.exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn env_cwd_stdin_and_timeout() {
+    let env = TestEnv::new();
+    let mut spec = env.spec("env");
+    spec.env.insert("FROM_SPEC".into(), "yes".into());
+    let sb = env.runtime.create(spec).await.unwrap();
+    let agent = sb.agent();
+    let mut r = req("/bin/sh", &["-c", "echo $FROM_SPEC $EXTRA; pwd; cat"]);
+    r.env = vec![("EXTRA".into(), "more".into())];
+    r.cwd = Some("/tmp".into());
+    r.stdin = StdinMode::Bytes(b"from stdin".to_vec());
+    let out = agent.exec_collect(r, 1024).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "yes more\n/tmp\nfrom stdin"
+    );
+    let mut r = req("sleep", &["30"]);
+    r.timeout_ms = Some(300);
+    let started = std::time::Instant::now();
+    let out = agent.exec_collect(r, 1024).await.unwrap();
+    assert!(out.exit.timed_out);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sandbox_sees_only_itself() {
+    let env = TestEnv::new();
+    let marker = env.dir.path().join("host-marker");
+    std::fs::write(&marker, "secret").unwrap();
+    let spec = env.spec("iso");
+    let id = spec.id.clone();
+    let sb = env.runtime.create(spec).await.unwrap();
+    let agent = sb.agent();
+    let (_, host, _) = sh(&agent, "hostname").await;
+    assert_eq!(host.trim(), id);
+    let (_, pids, _) = sh(&agent, "ls /proc | grep -c '^[0-9]'").await;
+    let n: u32 = pids.trim().parse().unwrap();
+    assert!(n <= 4, "sandbox sees {n} processes");
+    let script = format!(
+        "cat {} 2>&1; ls {} 2>&1",
+        marker.display(),
+        env.dir.path().display()
+    );
+    let (_, out, _) = sh(&agent, &script).await;
+    assert!(!out.contains("secret"), "{out}");
+    assert!(out.contains("No such file"), "{out}");
+    let (code, _, err) = sh(&agent, "mount -t tmpfs x /mnt").await;
+    assert_ne!(code, Some(0), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_output_streams() {
+    let env = TestEnv::new();
+    let sb = env.runtime.create(env.spec("big")).await.unwrap();
+    let mut stream = sb
+        .agent()
+        .exec(req("/bin/sh", &["-c", "head -c 104857600 /dev/zero"]))
+        .await
+        .unwrap();
+    let mut total = 0usize;
+    let exit = loop {
+        match stream.next().await.unwrap() {
+            Some(agent::client::ExecEvent::Stdout(d)) => total += d.len(),
+            Some(agent::client::ExecEvent::Stderr(_)) => {}
+            Some(agent::client::ExecEvent::Exit(e)) => break e,
+            None => panic!("stream closed early"),
+        }
+    };
+    assert_eq!(total, 100 << 20);
+    assert_eq!(exit.status, agent::proto::ExitStatus::Code(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_start_and_inspect() {
+    let env = TestEnv::new();
+    let sb = env.runtime.create(env.spec("stop")).await.unwrap();
+    sh(&sb.agent(), "echo kept > /root/file").await;
+    let info = env.runtime.inspect(&sb.id).await.unwrap();
+    assert_eq!(info.status, runtime::SandboxStatus::Running);
+    assert!(info.usage.pids >= 1);
+    env.runtime.stop(&sb.id).await.unwrap();
+    assert_eq!(
+        env.runtime.inspect(&sb.id).await.unwrap().status,
+        runtime::SandboxStatus::Stopped
+    );
+    let sb = env.runtime.start(&sb.id).await.unwrap();
+    let (_, out, _) = sh(&sb.agent(), "cat /root/file").await;
+    assert_eq!(out, "kept\n");
+}
