@@ -205,7 +205,7 @@ impl Images {
         let image = work.path().join("root.ext4");
         let size = ext4_size(rootfs)?;
         report(progress, "mkfs", format!("{} MiB ext4", size >> 20));
-        build_ext4(rootfs, &image, size)?;
+        disk::build_ext4_image(rootfs, &image, size).map_err(|e| Error::Disk(Box::new(e)))?;
         report(progress, "import", "sealing base layer");
         let layer = self
             .store
@@ -294,8 +294,8 @@ fn ref_name(image: &str) -> String {
     format!("image-{image}")
 }
 
-/// Disk size for a root filesystem: its contents plus half again and 256 MiB of room,
-/// rounded to MiB.
+/// Disk size for a root filesystem: its contents plus half again and 64 MiB of room,
+/// rounded to MiB. Sandboxes that need more room ask for a larger `disk_mb`.
 fn ext4_size(rootfs: &Path) -> Result<u64> {
     let out = Command::new("du")
         .args(["-sxb", "--apparent-size"])
@@ -307,23 +307,5 @@ fn ext4_size(rootfs: &Path) -> Result<u64> {
         .next()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Image("cannot measure the root filesystem".into()))?;
-    Ok((used + used / 2 + (256 << 20)).div_ceil(1 << 20) << 20)
-}
-
-/// `mkfs.ext4 -d`: builds an ext4 image of `size` bytes holding `rootfs`.
-fn build_ext4(rootfs: &Path, image: &Path, size: u64) -> Result<()> {
-    let out = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-b", "4096", "-E", "root_owner=0:0", "-d"])
-        .arg(rootfs)
-        .arg(image)
-        .arg(format!("{}k", size >> 10))
-        .output()
-        .at(image)?;
-    if !out.status.success() {
-        return Err(Error::Image(format!(
-            "mkfs.ext4: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(())
+    Ok((used + used / 2 + (64 << 20)).div_ceil(1 << 20) << 20)
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use agent::proto::{ExecRequest, StdinMode};
 use agent::AgentClient;
 use runtime::host::{Disks, RealHost};
+use runtime::image::{BuildSpec, Images, Source};
 use runtime::net::NetConfig;
 use runtime::{
     ContainerRuntime, ImageRef, NetworkMode, Resources, Runtime, RuntimeConfig, SandboxSpec,
@@ -39,24 +40,23 @@ impl TestEnv {
             .tempdir()
             .unwrap();
         let data = dir.path().join("data");
-        let images = dir.path().join("images");
-        let rootfs = images.join("busybox");
-        std::fs::create_dir_all(&rootfs).unwrap();
-        runtime::image::rootfs::busybox(&rootfs, &|_| {}).unwrap();
+        let disks = Disks::open(data.join("store")).unwrap();
+        let images = Images::new(disks.store().clone(), data.join("images"));
+        let spec = BuildSpec {
+            name: "busybox".into(),
+            source: Source::Busybox,
+            apt: vec![],
+            pip: vec![],
+        };
+        let image = images.build(&spec, &|_| {}).unwrap().to_ref();
         let mut config = RuntimeConfig::new(&data).unwrap();
         config.net = NetConfig {
             lease_dir: PathBuf::from("/run/sandfork/leases"),
             ..NetConfig::default()
         };
         config.ready_timeout = Duration::from_secs(20);
-        let host = RealHost::new(Disks::Directory { images }, "/run/sandfork");
+        let host = RealHost::new(disks, "/run/sandfork");
         let runtime = ContainerRuntime::new(config, Arc::new(host));
-        let image = ImageRef {
-            name: "busybox".into(),
-            layer: "busybox".into(),
-            env: Default::default(),
-            cwd: "/".into(),
-        };
         TestEnv {
             runtime,
             image,

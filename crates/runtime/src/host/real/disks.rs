@@ -1,55 +1,108 @@
-//! Root disks of sandboxes.
+//! Root disks of sandboxes: block-store disks forked from an image's layer, each served by
+//! its own disk server process and mounted as ext4 at the sandbox's rootfs.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
+use std::sync::Mutex;
 
-use super::cmd::{run, run_tolerant};
-use crate::error::Result;
+use blockstore::{LayerId, Store};
+use disk::{DiskSpec, MountOptions, MountedDisk};
+
+use crate::error::{Error, Result};
 use crate::layout::SandboxPaths;
 
-/// Where sandbox root filesystems come from.
-pub enum Disks {
-    /// Images are root filesystem directories under `images`; each sandbox gets a copy
-    /// bind-mounted at its rootfs. Needs no block store; used for baselines.
-    Directory { images: PathBuf },
+/// The block store and the disks this process has mounted.
+pub struct Disks {
+    store: Store,
+    store_path: PathBuf,
+    options: MountOptions,
+    mounted: Mutex<HashMap<String, MountedDisk>>,
+}
+
+fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Disk(Box::new(e))
 }
 
 impl Disks {
-    pub fn create(&self, _disk: &str, _base: &str, _size_mb: u64) -> Result<()> {
-        Ok(())
+    /// Opens (or creates) the block store at `store_path`.
+    pub fn open(store_path: impl Into<PathBuf>) -> Result<Disks> {
+        let store_path = store_path.into();
+        let store = Store::open(&store_path).map_err(disk_err)?;
+        let options = MountOptions::default();
+        Ok(Disks {
+            store,
+            store_path,
+            options,
+            mounted: Mutex::new(HashMap::new()),
+        })
     }
 
-    pub fn mount(&self, _disk: &str, paths: &SandboxPaths) -> Result<()> {
-        let Disks::Directory { images } = self;
-        let base = images.join(_base_of(paths)?);
-        let copy = paths.disk().join("rootfs");
-        run(Command::new("cp").arg("-a").arg(&base).arg(&copy))?;
-        run(Command::new("mount")
-            .args(["--bind"])
-            .arg(&copy)
-            .arg(paths.rootfs()))
-        .map(drop)
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
-    pub fn adopt(&self, _disk: &str, _paths: &SandboxPaths) -> Result<()> {
-        Ok(())
+    fn spec(&self, disk: &str, paths: &SandboxPaths) -> DiskSpec {
+        DiskSpec {
+            store: self.store_path.clone(),
+            disk: disk.into(),
+            run_dir: paths.disk(),
+        }
     }
 
-    pub fn unmount(&self, _disk: &str, paths: &SandboxPaths) -> Result<()> {
-        run_tolerant(
-            Command::new("umount").arg(paths.rootfs()),
-            &["not mounted", "no mount"],
+    fn keep(&self, disk: &str, mounted: MountedDisk) {
+        let mut map = self.mounted.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(disk.into(), mounted);
+    }
+
+    fn take(&self, disk: &str) -> Option<MountedDisk> {
+        self.mounted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(disk)
+    }
+
+    /// Forks `disk` from layer `base`; at least the base's size, `size_mb` if larger.
+    pub fn create(&self, disk: &str, base: &str, size_mb: u64) -> Result<()> {
+        let base: LayerId = base
+            .parse()
+            .map_err(|_| Error::InvalidSpec(format!("bad layer id {base:?}")))?;
+        let base_size = self.store.layer_info(&base).map_err(disk_err)?.size;
+        let size = base_size.max(size_mb << 20);
+        self.store
+            .create_disk(disk, size, Some(&base))
+            .map_err(disk_err)
+    }
+
+    pub fn mount(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        let m = MountedDisk::mount(
+            &self.spec(disk, paths),
+            &paths.rootfs(),
+            self.options.clone(),
         )
-    }
-
-    pub fn delete(&self, _disk: &str) -> Result<()> {
+        .map_err(disk_err)?;
+        self.keep(disk, m);
         Ok(())
     }
-}
 
-fn _base_of(paths: &SandboxPaths) -> Result<String> {
-    Ok(crate::layout::Record::load(&paths.record())?
-        .spec
-        .image
-        .layer)
+    pub fn adopt(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        let m = MountedDisk::adopt(&self.spec(disk, paths), &paths.rootfs()).map_err(disk_err)?;
+        self.keep(disk, m);
+        Ok(())
+    }
+
+    /// Tears the disk down; one this process does not hold (never mounted by it, or a
+    /// half-made mount) is cleaned up from what is found below the sandbox's directory.
+    pub fn unmount(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
+        if let Some(m) = self.take(disk) {
+            m.teardown().map_err(disk_err)?;
+        }
+        disk::cleanup_stale(&paths.dir).map(drop).map_err(disk_err)
+    }
+
+    pub fn delete(&self, disk: &str) -> Result<()> {
+        match self.store.delete_disk(disk) {
+            Err(blockstore::Error::DiskNotFound(_)) => Ok(()),
+            r => r.map_err(disk_err),
+        }
+    }
 }
