@@ -4,12 +4,20 @@
 //! sandfork-disk serve --store DIR --disk NAME --dir RUNDIR [--threads N] [--detach] [--ready-fd FD]
 //! sandfork-disk serve --file PATH --dir RUNDIR ...     serve a plain file (baselines)
 //! sandfork-disk cleanup DIR                            after a crash
+//! sandfork-disk create   --store DIR --disk NAME (--image IMG | --size BYTES) [--base LAYER]
+//! sandfork-disk mount    --store DIR --disk NAME --dir RUNDIR --mountpoint M [--threads N]
+//! sandfork-disk seal     --store DIR --disk NAME --dir RUNDIR --mountpoint M
+//! sandfork-disk teardown --store DIR --disk NAME --dir RUNDIR --mountpoint M
 //! ```
 
 use std::path::PathBuf;
 
+use std::collections::HashMap;
+
 use anyhow::{bail, Context, Result};
+use blockstore::{LayerId, Store};
 use disk::server::{self, ServeArgs};
+use disk::{DiskSpec, MountOptions, MountedDisk};
 
 fn main() {
     if let Err(e) = run() {
@@ -28,7 +36,16 @@ fn run() -> Result<()> {
             println!("{report:?}");
             Ok(())
         }
-        _ => bail!("usage: sandfork-disk serve ... | cleanup DIR"),
+        Some(cmd @ ("create" | "mount" | "seal" | "teardown")) => {
+            let opts = Opts::parse(&args[1..])?;
+            match cmd {
+                "create" => create(&opts),
+                "mount" => mount(&opts),
+                "seal" => seal(&opts),
+                _ => teardown(&opts),
+            }
+        }
+        _ => bail!("usage: sandfork-disk serve|create|mount|seal|teardown|cleanup ..."),
     }
 }
 
@@ -73,4 +90,89 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
     }
     a.store = store.zip(name);
     Ok((a, detach))
+}
+
+/// `--flag value` pairs of the management subcommands.
+struct Opts(HashMap<String, String>);
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts> {
+        let mut map = HashMap::new();
+        for pair in args.chunks(2) {
+            let flag = pair[0]
+                .strip_prefix("--")
+                .context("expected --flag value")?;
+            let value = pair
+                .get(1)
+                .with_context(|| format!("--{flag} needs a value"))?;
+            map.insert(flag.to_owned(), value.clone());
+        }
+        Ok(Opts(map))
+    }
+
+    fn get(&self, flag: &str) -> Result<&str> {
+        self.0
+            .get(flag)
+            .map(String::as_str)
+            .with_context(|| format!("--{flag} is required"))
+    }
+
+    fn spec(&self) -> Result<DiskSpec> {
+        Ok(DiskSpec {
+            store: self.get("store")?.into(),
+            disk: self.get("disk")?.into(),
+            run_dir: self.get("dir")?.into(),
+        })
+    }
+}
+
+/// Creates a disk: over an imported raw image, over a layer, or empty.
+fn create(o: &Opts) -> Result<()> {
+    let store = Store::open(o.get("store")?.as_ref())?;
+    let base: Option<LayerId> = match (o.0.get("image"), o.0.get("base")) {
+        (Some(img), _) => Some(store.import_image(img.as_ref())?),
+        (None, Some(id)) => Some(id.parse()?),
+        (None, None) => None,
+    };
+    let size = match (o.0.get("size"), &base) {
+        (Some(s), _) => s.parse().context("--size")?,
+        (None, Some(b)) => store.layer_info(b)?.size,
+        (None, None) => bail!("give --image, --base or --size"),
+    };
+    store.create_disk(o.get("disk")?, size, base.as_ref())?;
+    println!(
+        "{}",
+        serde_json::json!({ "disk": o.get("disk")?, "size": size, "base": base })
+    );
+    Ok(())
+}
+
+fn mount(o: &Opts) -> Result<()> {
+    let mut opts = MountOptions::default();
+    if let Some(t) = o.0.get("threads") {
+        opts.threads = t.parse().context("--threads")?;
+    }
+    let mnt = std::path::Path::new(o.get("mountpoint")?);
+    let m = MountedDisk::mount(&o.spec()?, mnt, opts)?;
+    let out = serde_json::json!({
+        "pid": m.pid(), "loop": m.loop_device(), "mountpoint": m.mountpoint(),
+    });
+    println!("{out}");
+    Ok(())
+}
+
+fn seal(o: &Opts) -> Result<()> {
+    let m = MountedDisk::adopt(&o.spec()?, o.get("mountpoint")?.as_ref())?;
+    let (layer, t) = m.seal_timed()?;
+    let out = serde_json::json!({
+        "layer": layer, "freeze_ms": t.freeze_ms, "seal_ms": t.seal_ms, "thaw_ms": t.thaw_ms,
+    });
+    println!("{out}");
+    Ok(())
+}
+
+fn teardown(o: &Opts) -> Result<()> {
+    let m = MountedDisk::adopt(&o.spec()?, o.get("mountpoint")?.as_ref())?;
+    m.teardown()?;
+    Ok(())
 }
