@@ -173,6 +173,6 @@ pub trait Backend: Send + Sync + 'static {
         req: &ImageBuild,
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage>;
-    /// Drops the daemon's reference to an image's layer.
-    async fn remove_image(&self, layer_id: &str) -> BackendResult<()>;
+    /// Removes an image by name (sandboxes using its layer keep working).
+    async fn remove_image(&self, name: &str) -> BackendResult<()>;
 }

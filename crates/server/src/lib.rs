@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod manager;
 pub mod metrics;
+pub mod runc;
 pub mod store;
 
 pub use config::Config;

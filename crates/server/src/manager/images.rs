@@ -95,11 +95,6 @@ impl Manager {
             created_at: now_rfc3339(),
             builder: req.builder,
         };
-        if let Some(old) = self.store.image(image.name.clone()).await? {
-            if old.layer_id != image.layer_id {
-                let _ = self.backend.remove_image(&old.layer_id).await;
-            }
-        }
         self.store.put_image(image.clone()).await?;
         tracing::info!(image = %image.name, layer = %image.layer_id, "image built");
         Ok(image)
@@ -116,7 +111,7 @@ impl Manager {
             return Err(Error::NotFound(format!("Image {name} not found")));
         };
         self.store.delete_image(name.to_string()).await?;
-        self.backend.remove_image(&image.layer_id).await?;
+        self.backend.remove_image(&image.name).await?;
         Ok(())
     }
 

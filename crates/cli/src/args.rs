@@ -1,0 +1,160 @@
+//! Command-line arguments (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Isolated Linux sandboxes: snapshot once, fork many.
+#[derive(Debug, Parser)]
+#[command(name = "sandfork", version, about)]
+pub struct Args {
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Daemon address: unix:///path/to.sock or http://host:port.
+    #[arg(long, global = true, env = "SANDFORK_URL")]
+    pub url: Option<String>,
+    /// Bearer token for a TCP daemon.
+    #[arg(long, global = true, env = "SANDFORK_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon.
+    Serve(ServeArgs),
+    /// Create a sandbox and print its id.
+    Create(CreateArgs),
+    /// List sandboxes.
+    Ls {
+        /// Only sandboxes in this state (e.g. running, failed, terminated).
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Show one sandbox.
+    Inspect { id: String },
+    /// Run a command in a fresh sandbox, stream its output, exit with its code, clean up.
+    Run(RunArgs),
+    /// Run a command in a running sandbox and exit with its code.
+    Exec(ExecArgs),
+    /// Copy a file between the host and a sandbox (`ID:/path` names the sandbox side; `-`
+    /// is stdin or stdout).
+    Cp { src: String, dst: String },
+    /// Terminate sandboxes.
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Manage images.
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+    // Checkpoint, fork, suspend, resume and `snapshot ls|rm|export|import` join here.
+}
+
+/// `sandfork serve`: flags override the config file, which overrides the defaults.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// TOML config file (keys as in the flags, with underscores).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Unix socket path (default <data-dir>/sandfork.sock).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Also listen on TCP (needs --token-file; loopback only unless --allow-remote).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    #[arg(long)]
+    pub allow_remote: bool,
+    #[arg(long)]
+    pub max_sandboxes: Option<u32>,
+    #[arg(long)]
+    pub max_memory_mb: Option<u64>,
+}
+
+/// Resources and settings of a new sandbox.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxOpts {
+    /// Image name (default busybox).
+    #[arg(long)]
+    pub image: Option<String>,
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    #[arg(long)]
+    pub disk_mb: Option<u64>,
+    /// Environment variable K=V (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// none or internet.
+    #[arg(long)]
+    pub network: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub opts: SandboxOpts,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Idle seconds before the sandbox is terminated (0 = never).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub opts: SandboxOpts,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    pub id: String,
+    /// Environment variable K=V for the command (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Working directory inside the sandbox.
+    #[arg(long, short = 'w')]
+    pub workdir: Option<String>,
+    /// Kill the command after this many seconds.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build an image.
+    Build {
+        name: String,
+        /// busybox, debian or python.
+        #[arg(long)]
+        builder: String,
+        /// Debian package to add (repeatable).
+        #[arg(long)]
+        apt: Vec<String>,
+        /// Python package to add (repeatable; python builder).
+        #[arg(long)]
+        pip: Vec<String>,
+    },
+    /// List images.
+    Ls,
+    /// Remove images.
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+}

@@ -1,0 +1,60 @@
+//! One module per group of verbs; each returns the process exit code.
+
+mod cp;
+mod image;
+mod run;
+mod sandbox;
+mod serve;
+
+use anyhow::{bail, Result};
+
+use crate::args::{Args, Command};
+use crate::client::Client;
+
+/// Parses `K=V` pairs.
+pub fn parse_env(pairs: &[String]) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let mut env = serde_json::Map::new();
+    for p in pairs {
+        let Some((k, v)) = p.split_once('=') else {
+            bail!("invalid --env {p:?}: use K=V")
+        };
+        env.insert(k.to_string(), v.into());
+    }
+    Ok(env)
+}
+
+/// Runs one command line.
+pub async fn run(args: Args) -> Result<i32> {
+    if let Command::Serve(s) = args.command {
+        return serve::serve(s).await;
+    }
+    if let Command::Openapi = args.command {
+        print!("{}", server::api::openapi_json());
+        return Ok(0);
+    }
+    let client = Client::from_url(args.url.as_deref(), args.token.clone())?;
+    let json = args.json;
+    match args.command {
+        Command::Create(c) => sandbox::create(&client, c, json).await,
+        Command::Ls { state } => sandbox::list(&client, state, json).await,
+        Command::Inspect { id } => sandbox::inspect(&client, &id).await,
+        Command::Rm { ids } => sandbox::remove(&client, &ids, json).await,
+        Command::Run(r) => run::run(&client, r, json).await,
+        Command::Exec(e) => run::exec(&client, e, json).await,
+        Command::Cp { src, dst } => cp::copy(&client, &src, &dst).await,
+        Command::Image(i) => image::image(&client, i, json).await,
+        Command::Serve(_) | Command::Openapi => Ok(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_pairs_parse() {
+        let env = parse_env(&["A=1".into(), "B=x=y".into()]).unwrap();
+        assert_eq!(env["B"], "x=y");
+        assert!(parse_env(&["nope".into()]).is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! create, ls, inspect, rm.
+
+use anyhow::Result;
+use hyper::Method;
+use serde_json::{json, Value};
+
+use super::parse_env;
+use crate::args::{CreateArgs, SandboxOpts};
+use crate::client::{encode, Client};
+use crate::output;
+
+/// The create request body for `opts`.
+pub fn create_body(opts: &SandboxOpts) -> Result<Value> {
+    let mut body = json!({ "env": parse_env(&opts.env)? });
+    let fields = [
+        ("image", opts.image.clone().map(Value::from)),
+        ("cpus", opts.cpus.map(Value::from)),
+        ("memory_mb", opts.memory_mb.map(Value::from)),
+        ("disk_mb", opts.disk_mb.map(Value::from)),
+        (
+            "network",
+            opts.network.clone().map(|m| json!({ "mode": m })),
+        ),
+    ];
+    for (k, v) in fields {
+        if let Some(v) = v {
+            body[k] = v;
+        }
+    }
+    Ok(body)
+}
+
+pub async fn create(client: &Client, c: CreateArgs, json: bool) -> Result<i32> {
+    let mut body = create_body(&c.opts)?;
+    if let Some(n) = c.name {
+        body["name"] = n.into();
+    }
+    if let Some(t) = c.timeout {
+        body["timeout_secs"] = t.into();
+    }
+    let sb: Value = client
+        .json(Method::POST, "/v1/sandboxes", Some(&body))
+        .await?;
+    if json {
+        output::json(&sb);
+    } else {
+        println!("{}", output::field(&sb, "id"));
+    }
+    Ok(0)
+}
+
+pub async fn list(client: &Client, state: Option<String>, json: bool) -> Result<i32> {
+    let path = match state {
+        Some(s) => format!("/v1/sandboxes?state={}", encode(&s)),
+        None => "/v1/sandboxes".into(),
+    };
+    let reply: Value = client.json(Method::GET, &path, None::<&()>).await?;
+    if json {
+        output::json(&reply);
+        return Ok(0);
+    }
+    let rows: Vec<Vec<String>> = reply["sandboxes"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            let mem = format!("{} MiB", output::field(s, "memory_mb"));
+            let f = |k| output::field(s, k);
+            vec![
+                f("id"),
+                f("name"),
+                f("state"),
+                f("image"),
+                f("cpus"),
+                mem,
+                f("created_at"),
+            ]
+        })
+        .collect();
+    output::table(
+        &["ID", "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "CREATED"],
+        &rows,
+    );
+    Ok(0)
+}
+
+pub async fn inspect(client: &Client, id: &str) -> Result<i32> {
+    let sb: Value = client
+        .json(
+            Method::GET,
+            &format!("/v1/sandboxes/{}", encode(id)),
+            None::<&()>,
+        )
+        .await?;
+    output::json(&sb);
+    Ok(0)
+}
+
+pub async fn remove(client: &Client, ids: &[String], json: bool) -> Result<i32> {
+    let mut code = 0;
+    let mut done = Vec::new();
+    for id in ids {
+        let path = format!("/v1/sandboxes/{}", encode(id));
+        match client
+            .json::<Value>(Method::DELETE, &path, None::<&()>)
+            .await
+        {
+            Ok(sb) if json => done.push(sb),
+            Ok(_) => println!("{id}"),
+            Err(e) => {
+                eprintln!("error: {id}: {e}");
+                code = 1;
+            }
+        }
+    }
+    if json {
+        output::json(&Value::Array(done));
+    }
+    Ok(code)
+}

@@ -1,0 +1,69 @@
+//! serve: the daemon in the foreground until SIGTERM/SIGINT.
+
+use anyhow::{Context, Result};
+use server::Config;
+use tracing_subscriber::EnvFilter;
+
+use crate::args::ServeArgs;
+
+/// The configuration: defaults, then the config file, then flags.
+pub fn config_of(a: ServeArgs) -> Result<Config> {
+    let mut c = match &a.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    c.data_dir = a.data_dir.unwrap_or(c.data_dir);
+    c.socket = a.socket.or(c.socket);
+    c.listen = a.listen.or(c.listen);
+    c.token_file = a.token_file.or(c.token_file);
+    c.allow_remote |= a.allow_remote;
+    c.max_sandboxes = a.max_sandboxes.unwrap_or(c.max_sandboxes);
+    c.max_memory_mb = a.max_memory_mb.unwrap_or(c.max_memory_mb);
+    c.validate()?;
+    Ok(c)
+}
+
+fn init_logs() {
+    let filter = EnvFilter::try_from_env("SANDFORK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+pub async fn serve(a: ServeArgs) -> Result<i32> {
+    init_logs();
+    let config = config_of(a)?;
+    let backend = server::runc::RuncBackend::open(&config).context("cannot set up the runtime")?;
+    let daemon = server::Daemon::start(config, backend).await?;
+    daemon.serve(server::daemon::shutdown_signal()).await;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "max_sandboxes = 5\nmax_memory_mb = 100\n").unwrap();
+        let a = ServeArgs {
+            config: Some(file),
+            data_dir: Some("/tmp/d".into()),
+            socket: None,
+            listen: None,
+            token_file: None,
+            allow_remote: false,
+            max_sandboxes: Some(7),
+            max_memory_mb: None,
+        };
+        let c = config_of(a).unwrap();
+        assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
+        assert_eq!(
+            c.socket_path(),
+            std::path::PathBuf::from("/tmp/d/sandfork.sock")
+        );
+    }
+}

@@ -1,0 +1,454 @@
+//! The [`Backend`] on the container runtime (runc) and the in-sandbox agent.
+//!
+//! Lifecycle calls go to [`runtime::Runtime`]; data-plane calls open a connection to the
+//! sandbox's agent and pump it into bounded channels, so the daemon never buffers more than
+//! [`STREAM_DEPTH`] chunks of anyone's output.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent::client::{AttachEvent, ExecEvent as AgentEvent, WriteOptions};
+use agent::{AgentClient, ClientError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use proto::agent::{
+    DirEntry, ErrorKind, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo,
+};
+use runtime::host::{Disks, RealHost};
+use runtime::image::{BuildSpec, Images, Source};
+use runtime::{
+    ContainerRuntime, ImageRef, NetworkMode, Resources, Runtime, RuntimeConfig, SandboxSpec,
+};
+use tokio::sync::mpsc;
+
+use crate::backend::*;
+use crate::config::Config;
+
+/// The container runtime as the daemon's backend.
+pub struct RuncBackend {
+    runtime: Arc<dyn Runtime>,
+    images: Arc<Images>,
+    agents: Mutex<HashMap<String, AgentClient>>,
+}
+
+fn host_err(e: runtime::Error) -> BackendError {
+    match e {
+        runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
+        runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
+        runtime::Error::PoolExhausted => BackendError::Unavailable(e.to_string()),
+        other => BackendError::Host(error_chain(&other)),
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
+/// Maps an agent client error to a backend error.
+pub fn agent_err(e: ClientError) -> BackendError {
+    match e {
+        ClientError::Agent(a) => {
+            let m = a.message;
+            match a.kind {
+                ErrorKind::NotFound => BackendError::NotFound(m),
+                ErrorKind::InvalidInput => BackendError::InvalidInput(m),
+                ErrorKind::TooLarge => BackendError::TooLarge(m),
+                ErrorKind::TimedOut => BackendError::TimedOut(m),
+                ErrorKind::PermissionDenied
+                | ErrorKind::IsADirectory
+                | ErrorKind::NotADirectory
+                | ErrorKind::AlreadyExists => BackendError::Conflict(m),
+                ErrorKind::Other => BackendError::Host(m),
+            }
+        }
+        ClientError::TooLarge(n) => BackendError::TooLarge(format!("Output exceeds {n} bytes")),
+        other => BackendError::Unavailable(format!("Agent unreachable: {}", error_chain(&other))),
+    }
+}
+
+/// An exec that fails to start is the caller's mistake (e.g. no such program).
+fn exec_err(e: ClientError) -> BackendError {
+    match agent_err(e) {
+        BackendError::NotFound(m) | BackendError::Conflict(m) | BackendError::InvalidInput(m) => {
+            BackendError::ExecFailed(m)
+        }
+        other => other,
+    }
+}
+
+impl RuncBackend {
+    /// The runtime for `config.data_dir` on the real host.
+    pub fn open(config: &Config) -> Result<Arc<dyn Backend>, BackendError> {
+        let data = config.data_dir.clone();
+        let disks = Disks::open(data.join("store")).map_err(host_err)?;
+        let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
+        let mut rc = RuntimeConfig::new(&data).map_err(host_err)?;
+        rc.ready_timeout = Duration::from_secs(30);
+        let host = RealHost::new(disks, "/run/sandfork");
+        let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
+        Ok(Arc::new(RuncBackend {
+            runtime,
+            images,
+            agents: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn agent(&self, id: &str) -> BackendResult<AgentClient> {
+        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        agents.get(id).cloned().ok_or_else(|| {
+            BackendError::Unavailable(format!("Sandbox {id} has no agent connection"))
+        })
+    }
+
+    fn remember(&self, handle: &runtime::SandboxHandle) {
+        let client = AgentClient::new(&handle.socket_dir);
+        self.agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(handle.id.clone(), client);
+    }
+
+    /// The image's defaults when its name still points at the same layer.
+    fn image_ref(&self, i: &ImageSpec) -> ImageRef {
+        match self.images.get(&i.name) {
+            Ok(meta) if meta.layer == i.layer_id => meta.to_ref(),
+            _ => ImageRef {
+                name: i.name.clone(),
+                layer: i.layer_id.clone(),
+                env: BTreeMap::new(),
+                cwd: "/".into(),
+            },
+        }
+    }
+
+    fn spec(&self, b: &BootSpec) -> SandboxSpec {
+        let network = if b.network.internet {
+            NetworkMode::Internet {
+                allow_out: b
+                    .network
+                    .allow_out
+                    .iter()
+                    .filter_map(|c| c.parse().ok())
+                    .collect(),
+                deny_out: b
+                    .network
+                    .deny_out
+                    .iter()
+                    .filter_map(|c| c.parse().ok())
+                    .collect(),
+            }
+        } else {
+            NetworkMode::None
+        };
+        SandboxSpec {
+            id: b.id.clone(),
+            image: self.image_ref(&b.image),
+            resources: Resources {
+                cpus: b.cpus,
+                memory_mb: b.memory_mb,
+                disk_mb: b.disk_mb,
+                ..Resources::default()
+            },
+            env: b.env.clone(),
+            network,
+        }
+    }
+}
+
+fn booted(h: &runtime::SandboxHandle) -> Booted {
+    Booted {
+        address: h.address.map(|a| a.to_string()),
+    }
+}
+
+/// Pumps an agent exec stream into a bounded channel, adding stream offsets.
+fn pump_exec(mut stream: agent::client::ExecStream) -> Stream<ExecEvent> {
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        let (mut out, mut err) = (0u64, 0u64);
+        loop {
+            let ev = match stream.next().await {
+                Ok(Some(AgentEvent::Stdout(d))) => output(OutputStream::Stdout, &mut out, d),
+                Ok(Some(AgentEvent::Stderr(d))) => output(OutputStream::Stderr, &mut err, d),
+                Ok(Some(AgentEvent::Exit(x))) => Ok(ExecEvent::Exit(x)),
+                Ok(None) => return,
+                Err(e) => Err(agent_err(e)),
+            };
+            let last = !matches!(ev, Ok(ExecEvent::Output { .. }));
+            if tx.send(ev).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn output(stream: OutputStream, pos: &mut u64, data: Vec<u8>) -> BackendResult<ExecEvent> {
+    let offset = *pos;
+    *pos += data.len() as u64;
+    Ok(ExecEvent::Output {
+        stream,
+        offset,
+        data: Bytes::from(data),
+    })
+}
+
+fn pump_attach(mut stream: agent::client::AttachStream) -> Stream<ExecEvent> {
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        loop {
+            let ev = match stream.next().await {
+                Ok(Some(AttachEvent::Output {
+                    stream,
+                    offset,
+                    data,
+                })) => Ok(ExecEvent::Output {
+                    stream,
+                    offset,
+                    data: Bytes::from(data),
+                }),
+                Ok(Some(AttachEvent::Dropped { stream, from, to })) => {
+                    Ok(ExecEvent::Dropped { stream, from, to })
+                }
+                Ok(Some(AttachEvent::Exit(x))) => Ok(ExecEvent::Exit(x)),
+                Ok(Some(AttachEvent::CaughtUp)) | Ok(None) => return,
+                Err(e) => Err(agent_err(e)),
+            };
+            let last = matches!(ev, Ok(ExecEvent::Exit(_)) | Err(_));
+            if tx.send(ev).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[async_trait]
+impl Backend for RuncBackend {
+    async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()> {
+        let removed = self.runtime.cleanup_stale().await.map_err(host_err)?;
+        if !removed.is_empty() {
+            tracing::info!(count = removed.len(), "removed stale sandboxes");
+        }
+        for id in self.runtime.list().await.map_err(host_err)? {
+            if !keep.contains(&id) {
+                tracing::info!(sandbox = %id, "removing sandbox unknown to the state");
+                self.runtime.destroy(&id).await.map_err(host_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(&self, spec: &BootSpec) -> BackendResult<Booted> {
+        let h = self
+            .runtime
+            .create(self.spec(spec))
+            .await
+            .map_err(host_err)?;
+        self.remember(&h);
+        Ok(booted(&h))
+    }
+
+    async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted> {
+        let h = self.runtime.adopt(&spec.id).await.map_err(host_err)?;
+        let client = AgentClient::new(&h.socket_dir);
+        client
+            .wait_ready(Duration::from_secs(5))
+            .await
+            .map_err(agent_err)?;
+        self.remember(&h);
+        Ok(booted(&h))
+    }
+
+    async fn destroy(&self, id: &str) -> BackendResult<()> {
+        self.agents
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        // A disk server that is still exiting can hold the disk for a moment: retry briefly.
+        let mut attempt = 0;
+        loop {
+            match self.runtime.destroy(id).await {
+                Ok(()) | Err(runtime::Error::NotFound(_)) => return Ok(()),
+                Err(e) if attempt >= 4 => return Err(host_err(e)),
+                Err(e) => tracing::debug!(sandbox = %id, error = %e, "destroy retry"),
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+        }
+    }
+
+    async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
+        let stream = self.agent(id)?.exec(req).await.map_err(exec_err)?;
+        Ok(pump_exec(stream))
+    }
+
+    async fn spawn(&self, id: &str, req: ExecRequest) -> BackendResult<ProcessInfo> {
+        let agent = self.agent(id)?;
+        let (pid, _) = agent.spawn(req).await.map_err(exec_err)?;
+        let list = agent.list_processes().await.map_err(agent_err)?;
+        list.into_iter()
+            .find(|p| p.id == pid)
+            .ok_or_else(|| BackendError::NotFound(format!("Process {pid} not found")))
+    }
+
+    async fn processes(&self, id: &str) -> BackendResult<Vec<ProcessInfo>> {
+        self.agent(id)?.list_processes().await.map_err(agent_err)
+    }
+
+    async fn attach(
+        &self,
+        id: &str,
+        pid: u64,
+        offsets: (u64, u64),
+        follow: bool,
+    ) -> BackendResult<Stream<ExecEvent>> {
+        let stream = self
+            .agent(id)?
+            .attach(pid, offsets, follow)
+            .await
+            .map_err(agent_err)?;
+        Ok(pump_attach(stream))
+    }
+
+    async fn write_stdin(&self, id: &str, pid: u64, data: Bytes) -> BackendResult<()> {
+        self.agent(id)?
+            .write_stdin(pid, &data)
+            .await
+            .map_err(agent_err)
+    }
+
+    async fn close_stdin(&self, id: &str, pid: u64) -> BackendResult<()> {
+        self.agent(id)?.close_stdin(pid).await.map_err(agent_err)
+    }
+
+    async fn signal(&self, id: &str, pid: u64, signal: i32) -> BackendResult<()> {
+        self.agent(id)?
+            .signal(pid, signal, true)
+            .await
+            .map_err(agent_err)
+    }
+
+    async fn wait(&self, id: &str, pid: u64, timeout_ms: Option<u64>) -> BackendResult<ExitInfo> {
+        let timeout = timeout_ms.map(Duration::from_millis);
+        self.agent(id)?.wait(pid, timeout).await.map_err(agent_err)
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> BackendResult<(FileStat, Stream<Bytes>)> {
+        let mut dl = self.agent(id)?.read_file(path).await.map_err(agent_err)?;
+        let stat = dl.stat.clone();
+        let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+        tokio::spawn(async move {
+            loop {
+                let item = match dl.chunk().await {
+                    Ok(Some(c)) => Ok(Bytes::from(c)),
+                    Ok(None) => return,
+                    Err(e) => Err(agent_err(e)),
+                };
+                let last = item.is_err();
+                if tx.send(item).await.is_err() || last {
+                    return;
+                }
+            }
+        });
+        Ok((stat, rx))
+    }
+
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        mode: Option<u32>,
+        data: Stream<Bytes>,
+    ) -> BackendResult<u64> {
+        let agent = self.agent(id)?;
+        let chunks = tokio_stream::wrappers::ReceiverStream::new(data);
+        let chunks = futures::StreamExt::map(chunks, |c| {
+            c.map_err(|e| std::io::Error::other(e.to_string()))
+        });
+        let mut reader = tokio_util::io::StreamReader::new(chunks);
+        let opts = WriteOptions {
+            mode,
+            create_parents: true,
+        };
+        agent
+            .write_file(path, opts, &mut reader)
+            .await
+            .map_err(agent_err)
+    }
+
+    async fn list_dir(&self, id: &str, path: &str) -> BackendResult<Vec<DirEntry>> {
+        self.agent(id)?.list_dir(path).await.map_err(agent_err)
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> BackendResult<FileStat> {
+        self.agent(id)?.stat(path).await.map_err(agent_err)
+    }
+
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> BackendResult<()> {
+        self.agent(id)?
+            .remove(path, recursive)
+            .await
+            .map_err(agent_err)
+    }
+
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> BackendResult<()> {
+        self.agent(id)?
+            .mkdir(path, parents, None)
+            .await
+            .map_err(agent_err)
+    }
+
+    async fn build_image(
+        &self,
+        req: &ImageBuild,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        let source = match req.builder.as_str() {
+            "busybox" => Source::Busybox,
+            "debian" => Source::Debian,
+            "python" => Source::Python,
+            other => {
+                return Err(BackendError::InvalidInput(format!(
+                    "Unknown builder {other:?}"
+                )))
+            }
+        };
+        let spec = BuildSpec {
+            name: req.name.clone(),
+            source,
+            apt: req.apt.clone(),
+            pip: req.pip.clone(),
+        };
+        let images = self.images.clone();
+        let meta = tokio::task::spawn_blocking(move || {
+            let report = |p: runtime::image::Progress| {
+                let _ = progress.blocking_send(format!("{}: {}", p.stage, p.detail));
+            };
+            images.build(&spec, &report)
+        })
+        .await
+        .map_err(|e| BackendError::Host(format!("Image build task failed: {e}")))?
+        .map_err(|e| BackendError::Host(format!("Image build failed: {}", error_chain(&e))))?;
+        Ok(BuiltImage {
+            layer_id: meta.layer,
+            size_bytes: meta.size,
+        })
+    }
+
+    async fn remove_image(&self, name: &str) -> BackendResult<()> {
+        let (images, name) = (self.images.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || images.remove(&name))
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(host_err)
+    }
+}
