@@ -47,7 +47,10 @@ def daemon() -> Iterator[Daemon]:
             stop_daemon(d)
             check_nothing_leaked(d)
         finally:
-            shutil.rmtree(d.root, ignore_errors=True)
+            if os.environ.get("SANDFORK_TEST_KEEP"):
+                print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
+            else:
+                shutil.rmtree(d.root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

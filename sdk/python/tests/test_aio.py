@@ -54,6 +54,9 @@ def test_async_processes(daemon) -> None:
             proc = await sb.start_process("sh", ["-c", "echo bg; sleep 600"])
             assert await proc.status() == ProcessStatus.RUNNING
             again = await (await AsyncSandbox.connect(sb.id)).get_process(proc.pid)
+            async with again.output() as live:
+                first = await live.__anext__()
+            assert first.data == "bg\n"
             await proc.kill()
             info = await again.wait(timeout=10)
             assert info.signal == 9
