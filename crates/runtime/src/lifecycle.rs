@@ -90,12 +90,16 @@ fn build(
     let host = ctx.host;
     let names = record.names.clone();
     let spec = record.spec.clone();
+    let t = std::time::Instant::now();
     done.push(Step::Disk);
     host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk created");
     done.push(Step::Mount);
     host.mount_disk(&names.disk, paths)?;
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");
     done.push(Step::Netns);
     host.netns_add(&names.netns)?;
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "netns added");
     if let NetworkMode::Internet {
         allow_out,
         deny_out,
@@ -130,9 +134,13 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     let config = oci::config(&record.spec, &host_paths);
     ctx.host.write_config(paths, &oci::to_json(&config))?;
     done.push(Step::Container);
+    let t = std::time::Instant::now();
     ctx.host
         .runc_run(&ctx.runc_root(), &record.names.container, paths)?;
-    ctx.host.wait_agent(paths, ctx.ready_timeout)
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
+    ctx.host.wait_agent(paths, ctx.ready_timeout)?;
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
+    Ok(())
 }
 
 /// Boots a stopped sandbox again on its disk (a cold boot).

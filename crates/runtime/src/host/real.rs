@@ -2,6 +2,7 @@
 
 mod cmd;
 mod disks;
+mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -93,15 +94,11 @@ impl Host for RealHost {
     }
 
     fn netns_add(&self, name: &str) -> Result<()> {
-        run(ip().args(["netns", "add", name]))?;
-        run(ip().args(["-n", name, "link", "set", "lo", "up"])).map(drop)
+        netns::add(name)
     }
 
     fn netns_delete(&self, name: &str) -> Result<()> {
-        if !self.netns_exists(name) {
-            return Ok(());
-        }
-        run_tolerant(ip().args(["netns", "delete", name]), GONE)
+        netns::delete(name)
     }
 
     fn veth_add(&self, netns: &str, a: &NetAlloc) -> Result<()> {
@@ -260,7 +257,7 @@ impl Host for RealHost {
     }
 
     fn netns_exists(&self, name: &str) -> bool {
-        Path::new("/run/netns").join(name).exists()
+        netns::path(name).exists()
     }
 }
 

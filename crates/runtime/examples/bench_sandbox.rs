@@ -1,0 +1,293 @@
+//! Sandbox benchmarks, side by side with bare runc on the same machine; prints JSON lines
+//! (`bench/report.py` format).
+//!
+//! `cargo run --release -p sandfork-runtime --example bench_sandbox -- [--runs N] [--python]`
+//!
+//! - create→first exec: `Runtime::create` + agent exec of `true`, vs `runc run` of an
+//!   equivalent bundle (same generated OCI config, process `true`) on a plain directory
+//!   root filesystem;
+//! - exec round trip: agent exec of `true` in a running sandbox vs `runc exec … true`.
+//!
+//! The `python` image is built (Debian packages, debootstrap cached) with `--python`, and
+//! kept in `$SANDFORK_BENCH_DIR` (default /var/tmp/sandfork-bench-runtime) for later runs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use runtime::host::{Disks, RealHost};
+use runtime::image::{BuildSpec, ImageMeta, Images, Source};
+use runtime::{ContainerRuntime, ImageRef, Resources, Runtime, RuntimeConfig, SandboxSpec};
+
+struct Args {
+    runs: usize,
+    python: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        runs: 20,
+        python: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--runs" => a.runs = it.next().and_then(|n| n.parse().ok()).unwrap_or(20),
+            "--python" => a.python = true,
+            _ => eprintln!("bench: ignoring {flag}"),
+        }
+    }
+    a
+}
+
+fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[i]
+}
+
+fn line(name: &str, ours: &mut [f64], base: &mut [f64], base_name: &str, target: &str) {
+    let (v, p99) = (percentile(ours, 0.5), percentile(ours, 0.99));
+    let b = percentile(base, 0.5);
+    let j = serde_json::json!({
+        "suite": "sandbox", "name": name, "value": round(v), "p99": round(p99), "unit": "ms",
+        "baseline": round(b), "baseline_name": base_name, "ratio": (v / b * 1000.0).round() / 1000.0,
+        "target": target, "runs": ours.len(),
+    });
+    println!("{j}");
+}
+
+fn round(v: f64) -> f64 {
+    (v * 100.0).round() / 100.0
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}
+
+fn image(images: &Images, name: &str, source: Source) -> Result<ImageMeta> {
+    if let Ok(meta) = images.get(name) {
+        return Ok(meta);
+    }
+    let spec = BuildSpec {
+        name: name.into(),
+        source,
+        apt: vec![],
+        pip: vec![],
+    };
+    let progress = |p: runtime::image::Progress| eprintln!("bench: {} {}", p.stage, p.detail);
+    Ok(images.build(&spec, &progress)?)
+}
+
+fn spec(id: String, image: &ImageRef) -> SandboxSpec {
+    SandboxSpec {
+        id,
+        image: image.clone(),
+        resources: Resources {
+            cpus: 1.0,
+            memory_mb: 512,
+            pids: 512,
+            disk_mb: 0,
+        },
+        env: Default::default(),
+        network: runtime::NetworkMode::None,
+    }
+}
+
+fn exec_true() -> agent::proto::ExecRequest {
+    agent::proto::ExecRequest {
+        command: "true".into(),
+        args: vec![],
+        env: vec![],
+        cwd: None,
+        user: None,
+        stdin: Default::default(),
+        timeout_ms: None,
+    }
+}
+
+async fn create_first_exec(
+    rt: &ContainerRuntime,
+    image: &ImageRef,
+    runs: usize,
+) -> Result<Vec<f64>> {
+    let mut out = Vec::new();
+    for i in 0..runs {
+        let id = format!("bench-{}-{i}", std::process::id());
+        let t = Instant::now();
+        let sb = rt.create(spec(id.clone(), image)).await?;
+        let r = sb.agent().exec_collect(exec_true(), 1024).await?;
+        out.push(ms(t));
+        ensure!(r.code() == Some(0), "true failed in the sandbox");
+        rt.destroy(&id).await?;
+    }
+    Ok(out)
+}
+
+async fn exec_round_trip(rt: &ContainerRuntime, image: &ImageRef, runs: usize) -> Result<Vec<f64>> {
+    let id = format!("bench-exec-{}", std::process::id());
+    let sb = rt.create(spec(id.clone(), image)).await?;
+    let agent = sb.agent();
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        agent.exec_collect(exec_true(), 1024).await?;
+        out.push(ms(t));
+    }
+    rt.destroy(&id).await?;
+    Ok(out)
+}
+
+/// A runc bundle with the same generated config, on a plain directory root filesystem
+/// (a copy of the busybox image's tree), with `args` as its process.
+fn bare_bundle(dir: &Path, id: &str, args: &[&str]) -> Result<(PathBuf, serde_json::Value)> {
+    let bundle = dir.join(id);
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(&rootfs)?;
+    runtime::image::rootfs::busybox(&rootfs, &|_| {})?;
+    let image = ImageRef {
+        name: "busybox".into(),
+        layer: String::new(),
+        env: Default::default(),
+        cwd: "/".into(),
+    };
+    let s = spec(id.into(), &image);
+    let host = runtime::oci::HostPaths {
+        rootfs: &rootfs,
+        run_dir: &bundle,
+        agent_bin: Path::new("/bin/busybox"),
+        netns: Path::new("/proc/1/ns/net"),
+        cgroup: "",
+        nofile: 1024,
+    };
+    let mut config = runtime::oci::to_value(&runtime::oci::config(&s, &host));
+    config["process"]["args"] = serde_json::json!(args);
+    // runc makes a fresh network namespace, as a bare `runc run` would.
+    let ns = config["linux"]["namespaces"]
+        .as_array_mut()
+        .context("namespaces")?;
+    ns.retain(|n| n["type"] != "network");
+    ns.push(serde_json::json!({"type": "network"}));
+    Ok((bundle, config))
+}
+
+/// Writes the bundle's config for container `id`, with a cgroup of its own.
+fn write_config(bundle: &Path, config: &mut serde_json::Value, id: &str) -> Result<()> {
+    config["linux"]["cgroupsPath"] = serde_json::json!(format!("/sandfork-bench/{id}"));
+    std::fs::write(bundle.join("config.json"), serde_json::to_vec(config)?)?;
+    Ok(())
+}
+
+fn runc(root: &Path, args: &[&str]) -> Result<()> {
+    let st = Command::new("runc")
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()?;
+    ensure!(st.success(), "runc {args:?} failed");
+    Ok(())
+}
+
+fn bare_runc_run(dir: &Path, runs: usize) -> Result<Vec<f64>> {
+    let (bundle, mut config) = bare_bundle(dir, "bare-run", &["/bin/true"])?;
+    let root = dir.join("runc");
+    let b = bundle.to_string_lossy();
+    let mut out = Vec::new();
+    for i in 0..runs {
+        let id = format!("bare-run-{i}");
+        write_config(&bundle, &mut config, &id)?;
+        let t = Instant::now();
+        runc(&root, &["run", "--bundle", &b, &id])?;
+        out.push(ms(t));
+    }
+    Ok(out)
+}
+
+fn bare_runc_exec(dir: &Path, runs: usize) -> Result<Vec<f64>> {
+    let (bundle, mut config) = bare_bundle(dir, "bare-exec", &["/bin/sleep", "3600"])?;
+    write_config(&bundle, &mut config, "bare-exec")?;
+    let root = dir.join("runc");
+    runc(
+        &root,
+        &[
+            "run",
+            "--detach",
+            "--bundle",
+            &bundle.to_string_lossy(),
+            "bare-exec",
+        ],
+    )?;
+    let mut out = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let r = runc(&root, &["exec", "bare-exec", "/bin/true"]);
+        out.push(ms(t));
+        r?;
+    }
+    runc(&root, &["delete", "--force", "bare-exec"])?;
+    Ok(out)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let a = args();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("SANDFORK_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let keep = std::env::var_os("SANDFORK_BENCH_DIR").map_or_else(
+        || PathBuf::from("/var/tmp/sandfork-bench-runtime"),
+        PathBuf::from,
+    );
+    let data = keep.join("data");
+    let scratch = tempfile::Builder::new()
+        .prefix("sandfork-bench-rt-")
+        .tempdir()?;
+    let disks = Disks::open(data.join("store"))?;
+    let images = Images::new(disks.store().clone(), data.join("images"));
+    let busybox = image(&images, "busybox", Source::Busybox)?.to_ref();
+    let python = if a.python {
+        Some(image(&images, "python", Source::Python)?.to_ref())
+    } else {
+        None
+    };
+    let rt = ContainerRuntime::new(
+        RuntimeConfig::new(&data)?,
+        Arc::new(RealHost::new(disks, "/run/sandfork")),
+    );
+    rt.cleanup_stale().await?;
+
+    let mut base_run = bare_runc_run(scratch.path(), a.runs)?;
+    let mut ours = create_first_exec(&rt, &busybox, a.runs).await?;
+    line(
+        "create→first exec (busybox)",
+        &mut ours,
+        &mut base_run,
+        "runc run, plain dir rootfs",
+        "≤ 2×",
+    );
+    if let Some(py) = &python {
+        let mut ours = create_first_exec(&rt, py, a.runs).await?;
+        line(
+            "create→first exec (python)",
+            &mut ours,
+            &mut base_run,
+            "runc run, plain dir rootfs",
+            "≤ 2×",
+        );
+    }
+    let mut base_exec = bare_runc_exec(scratch.path(), a.runs * 5)?;
+    let mut ours = exec_round_trip(&rt, &busybox, a.runs * 5).await?;
+    line(
+        "exec round trip (true)",
+        &mut ours,
+        &mut base_exec,
+        "runc exec",
+        "≤ 0.3×",
+    );
+    Ok(())
+}
