@@ -3,9 +3,10 @@
 //! Layout: `magic "SFARTIF1" | version u32 | nlayers u32`, then per layer, bottom to top,
 //! its metadata record exactly as stored (see `meta`), followed by its held non-zero
 //! blocks (4096 bytes each) in block order; then `"SFAEND\0\0"` and a blake3 checksum of
-//! every byte before the trailer.
+//! every byte before the trailer except the data blocks. The blocks need no second
+//! checksum: each is checked against its hash in the (checksummed) metadata.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -37,9 +38,15 @@ pub struct ExportStats {
     pub bytes: u64,
 }
 
-/// A writer that hashes and counts what passes through it.
+/// Where an artifact goes: any stream, or a file (data blocks then move in-kernel).
+enum Out<'a> {
+    Stream(&'a mut dyn Write),
+    File(&'a File),
+}
+
+/// A writer that hashes the structure (not the data blocks) and counts bytes.
 struct HashingWriter<'a> {
-    out: &'a mut dyn Write,
+    out: Out<'a>,
     hasher: blake3::Hasher,
     bytes: u64,
 }
@@ -47,10 +54,24 @@ struct HashingWriter<'a> {
 impl HashingWriter<'_> {
     fn put(&mut self, buf: &[u8]) -> Result<()> {
         self.hasher.update(buf);
+        self.put_data(buf)
+    }
+
+    fn put_data(&mut self, buf: &[u8]) -> Result<()> {
         self.bytes += buf.len() as u64;
-        self.out
-            .write_all(buf)
-            .map_err(|e| Error::io("write artifact", e))
+        let res = match &mut self.out {
+            Out::Stream(w) => w.write_all(buf),
+            Out::File(mut f) => f.write_all(buf),
+        };
+        res.map_err(|e| Error::io("write artifact", e))
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let res = match &mut self.out {
+            Out::Stream(w) => w.flush(),
+            Out::File(_) => Ok(()),
+        };
+        res.map_err(|e| Error::io("write artifact", e))
     }
 }
 
@@ -62,6 +83,22 @@ impl Store {
         base: Option<&LayerId>,
         out: &mut dyn Write,
     ) -> Result<ExportStats> {
+        self.export_to(top, base, Out::Stream(out))
+    }
+
+    /// Like `export`, writing at the current position of `out`; data blocks are copied
+    /// in the kernel (copy_file_range) without being read into memory. They are not
+    /// re-checked on the way out: `import` checks every block.
+    pub fn export_file(
+        &self,
+        top: &LayerId,
+        base: Option<&LayerId>,
+        out: &File,
+    ) -> Result<ExportStats> {
+        self.export_to(top, base, Out::File(out))
+    }
+
+    fn export_to(&self, top: &LayerId, base: Option<&LayerId>, out: Out) -> Result<ExportStats> {
         let segment = self.segment(top, base)?;
         let mut w = HashingWriter {
             out,
@@ -78,7 +115,7 @@ impl Store {
         let sum = w.hasher.finalize();
         w.put(TRAILER)?;
         w.put(sum.as_bytes())?;
-        w.out.flush().map_err(|e| Error::io("write artifact", e))?;
+        w.flush()?;
         stats.layers = segment.len();
         stats.bytes = w.bytes;
         Ok(stats)
@@ -110,12 +147,19 @@ impl Store {
             return Err(Error::corrupt(id, "metadata file changed on disk"));
         }
         w.put(&bytes)?;
-        let mut buf = AlignedBuf::new((MAX_RUN * BLOCK_SIZE) as usize);
         let mut blocks = 0;
+        if let Out::File(f) = w.out {
+            if copy_layer(&layer, f)? {
+                let n = layer.data_runs().map(|(_, count)| count).sum::<u64>();
+                w.bytes += n * BLOCK_SIZE;
+                return Ok(n);
+            }
+        }
+        let mut buf = AlignedBuf::new((MAX_RUN * BLOCK_SIZE) as usize);
         for (first, count) in layer.data_runs() {
             let part = &mut buf[..count as usize * BS];
             layer.read_blocks(first, part)?;
-            w.put(part)?;
+            w.put_data(part)?;
             blocks += count;
         }
         Ok(blocks)
@@ -176,11 +220,11 @@ impl Store {
         let exists = self.layer_dir(&id).join(layer::META_FILE).exists();
         let dir = staging.join(id.as_str());
         if exists {
-            read_blocks(r, &m, None)?;
+            read_blocks(&mut r.inner, &m, None)?;
         } else {
             fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
             let data = fsutil::open_data(&dir.join(layer::DATA_FILE), true, true, false)?;
-            read_blocks(r, &m, Some(&data))?;
+            read_blocks(&mut r.inner, &m, Some(&data))?;
             data.sync_all()
                 .map_err(|e| Error::io("sync imported data", e))?;
             fsutil::atomic_write(&dir, layer::META_FILE, &raw)?;
@@ -209,6 +253,58 @@ impl Store {
             _ => Ok(()),
         }
     }
+}
+
+/// Copies every data block of `layer` to `out` in-kernel, merging adjacent runs.
+/// Returns false, having copied nothing, when the file systems cannot do it.
+fn copy_layer(layer: &Layer, out: &File) -> Result<bool> {
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (first, count) in layer.data_runs() {
+        match merged.last_mut() {
+            Some((f, c)) if *f + *c == first => *c += count,
+            _ => merged.push((first, count)),
+        }
+    }
+    for (i, (first, count)) in merged.into_iter().enumerate() {
+        if !copy_range(layer, out, first, count)? {
+            if i == 0 {
+                return Ok(false);
+            }
+            return Err(Error::io(
+                "copy layer data",
+                std::io::ErrorKind::Unsupported.into(),
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// Copies blocks `first..first + count` of `layer` to the current position of `out`.
+/// Returns false, having copied nothing, when the file systems cannot do it in-kernel.
+fn copy_range(layer: &Layer, out: &File, first: u64, count: u64) -> Result<bool> {
+    use rustix::io::Errno;
+    let mut off = first * BLOCK_SIZE;
+    let mut left = count * BLOCK_SIZE;
+    while left > 0 {
+        let done = left == count * BLOCK_SIZE;
+        let n = match rustix::fs::copy_file_range(
+            layer.data_file(),
+            Some(&mut off),
+            out,
+            None,
+            left as usize,
+        ) {
+            Err(Errno::INVAL | Errno::XDEV | Errno::NOSYS | Errno::OPNOTSUPP) if done => {
+                return Ok(false)
+            }
+            r => r.map_err(|e| Error::io(format!("copy data of layer {}", layer.id), e.into()))?,
+        };
+        if n == 0 {
+            return Err(Error::corrupt(&layer.id, "data file is truncated"));
+        }
+        left -= n as u64;
+    }
+    Ok(true)
 }
 
 fn artifact_io(e: io::Error) -> Error {

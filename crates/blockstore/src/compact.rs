@@ -24,6 +24,7 @@ pub(crate) fn merge(store: &Store, run: &[Arc<Layer>]) -> Result<Arc<Layer>> {
         parent.clone(),
         size,
         store.opts().direct_io,
+        false,
     )?;
     let union = Bitmap::new(size);
     for l in run {
@@ -43,7 +44,7 @@ pub(crate) fn merge(store: &Store, run: &[Arc<Layer>]) -> Result<Arc<Layer>> {
     }
     copy_blocks(run, &out, &data_blocks)?;
     out.sync_data()?;
-    out.write_meta(true)?;
+    out.seal()?;
     publish(store, &staging, &id)?;
     store.load_sealed(&id)
 }

@@ -169,26 +169,28 @@ impl Disk {
         let mut st = self.state.write();
         let ov = st.overlay.clone();
         ov.sync_data()?;
-        ov.write_meta(true)?;
+        let sealed = ov.seal()?;
         // From here the on-disk overlay is sealed; failing now leaves the disk to be
         // completed by the next open (see `Store::finish_interrupted_seal`).
-        let res = self.publish_seal(&mut st, &ov);
+        let res = self.publish_seal(&mut st, sealed);
         if res.is_err() {
             self.broken.store(true, Ordering::Release);
         }
         res
     }
 
-    fn publish_seal(&self, st: &mut State, ov: &Arc<Layer>) -> Result<LayerId> {
-        let fresh = self.store.create_layer(Some(ov.id.clone()), st.size / BS)?;
+    fn publish_seal(&self, st: &mut State, sealed: Layer) -> Result<LayerId> {
+        let id = sealed.id.clone();
+        let fresh = self
+            .store
+            .create_layer(Some(id.clone()), st.size / BS, false)?;
         let mut m = st.manifest();
-        m.chain.push(ov.id.clone());
+        m.chain.push(id.clone());
         m.overlay = fresh.id.clone();
         self.store.write_manifest(&self.name, &m)?;
-        let sealed = self.store.cache_layer(ov.frozen());
-        st.chain.push(sealed);
+        st.chain.push(self.store.cache_layer(sealed));
         st.overlay = Arc::new(fresh);
-        Ok(ov.id.clone())
+        Ok(id)
     }
 
     /// Grows the disk to `new_size` bytes (a multiple of 4096, not smaller than now).
@@ -478,19 +480,45 @@ fn check_chain(name: &str, chain: &[Arc<Layer>]) -> Result<()> {
 /// interrupted compaction) and sizing it to the manifest (after an interrupted grow).
 fn open_overlay(store: &Store, name: &str, m: &Manifest, chain: &[Arc<Layer>]) -> Result<Layer> {
     let dir = store.layer_dir(&m.overlay);
-    let overlay = Layer::open(&dir, &m.overlay, true, store.opts().direct_io)?;
+    let direct = store.opts().direct_io;
     let blocks = m.size / BS;
+    let top = chain.last().map(|l| l.id.clone());
+    let overlay = match Layer::open(&dir, &m.overlay, true, direct) {
+        Err(Error::LayerNotFound(_)) => return recreate_overlay(store, m, top),
+        Err(Error::Corrupt { .. }) if never_written(&dir) => {
+            return recreate_overlay(store, m, top)
+        }
+        r => r?,
+    };
     if overlay.is_sealed() || overlay.size_blocks > blocks {
         return Err(Error::BadManifest {
             name: name.to_owned(),
             reason: format!("overlay {} is sealed or larger than the disk", overlay.id),
         });
     }
-    let top = chain.last().map(|l| l.id.clone());
     if overlay.parent == top && overlay.size_blocks == blocks {
         return Ok(overlay);
     }
     let fixed = overlay.reshaped(blocks, top);
     fixed.flush()?;
     Ok(fixed)
+}
+
+/// Whether an overlay's data file is missing or empty.
+fn never_written(dir: &std::path::Path) -> bool {
+    std::fs::metadata(dir.join(crate::layer::DATA_FILE)).map_or(true, |m| m.len() == 0)
+}
+
+/// An overlay created by a seal and lost (with the unflushed writes it may have held)
+/// before its first flush became durable: recreated empty under the same id.
+fn recreate_overlay(store: &Store, m: &Manifest, parent: Option<LayerId>) -> Result<Layer> {
+    let dir = store.layer_dir(&m.overlay);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::io(format!("remove {}", dir.display()), e))?;
+    }
+    let direct = store.opts().direct_io;
+    let layer = Layer::create(&dir, m.overlay.clone(), parent, m.size / BS, direct, true)?;
+    fsutil::fsync_dir(&store.dir("layers"))?;
+    Ok(layer)
 }

@@ -56,12 +56,12 @@ impl Store {
         }
         let id = LayerId::random()?;
         let staging = self.dir("tmp").join(format!("image-{id}"));
-        let layer = Layer::create(&staging, id.clone(), None, blocks, false)?;
+        let layer = Layer::create(&staging, id.clone(), None, blocks, false, false)?;
         let res = copy_extents(&image, len, &layer)
             .map_err(ctx)
             .and_then(|()| {
                 layer.sync_data()?;
-                layer.write_meta(true)?;
+                layer.seal()?;
                 crate::compact::publish(self, &staging, &id)
             });
         if res.is_err() {

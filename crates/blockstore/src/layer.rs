@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::bitmap::{Bitmap, HashTable, SetBits, CHUNK_BITS};
+use crate::bitmap::{Bitmap, HashTable};
 use crate::fsutil::{self, AlignedBuf};
 use crate::id::LayerId;
 use crate::meta::{self, Header};
@@ -40,6 +40,8 @@ pub struct Layer {
     checksum: OnceLock<[u8; 32]>,
     /// Set when the bitmaps changed since the metadata was last written.
     pub changed: AtomicBool,
+    /// Set while the layer's own directory entry has not been synced.
+    unsynced_dir: AtomicBool,
 }
 
 /// What a block of a disk resolves to.
@@ -52,17 +54,38 @@ pub enum Source {
 
 impl Layer {
     /// Creates an empty unsealed layer in `dir` (which must not exist yet).
+    /// With `durable` false nothing is synced: the layer becomes durable with its first
+    /// flush (an overlay nobody has flushed may be lost by a power cut, as its writes may).
     pub fn create(
         dir: &Path,
         id: LayerId,
         parent: Option<LayerId>,
         size_blocks: u64,
         direct: bool,
+        durable: bool,
     ) -> Result<Layer> {
         fs::create_dir(dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
         let data = fsutil::open_data(&dir.join(DATA_FILE), true, true, direct)?;
         let layer = Layer::from_parts(dir, id, parent, size_blocks, data, direct);
-        layer.write_meta(false)?;
+        if durable {
+            layer.write_meta()?;
+        } else {
+            let bytes = meta::encode(
+                &layer.header(false),
+                &layer.dirty,
+                &layer.zero,
+                &layer.hashes,
+                false,
+            )
+            .bytes;
+            // Renamed into place so a killed process leaves no partial file.
+            let (tmp, path) = (dir.join(".meta.tmp"), dir.join(META_FILE));
+            fs::write(&tmp, bytes)
+                .and_then(|()| fs::rename(&tmp, &path))
+                .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
+            layer.changed.store(true, Ordering::Release);
+            layer.unsynced_dir.store(true, Ordering::Release);
+        }
         Ok(layer)
     }
 
@@ -87,6 +110,7 @@ impl Layer {
             sealed: AtomicBool::new(false),
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
+            unsynced_dir: AtomicBool::new(false),
         }
     }
 
@@ -120,6 +144,7 @@ impl Layer {
             sealed: AtomicBool::new(m.header.sealed),
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
+            unsynced_dir: AtomicBool::new(false),
         };
         if m.header.sealed {
             let _ = layer.checksum.set(m.checksum);
@@ -158,27 +183,13 @@ impl Layer {
             sealed: AtomicBool::new(self.is_sealed()),
             checksum: self.checksum.clone(),
             changed: AtomicBool::new(true),
+            unsynced_dir: AtomicBool::new(self.unsynced_dir.load(Ordering::Acquire)),
         }
     }
 
-    /// A read-only copy of this just-sealed layer whose hash table is packed, so a
-    /// sealed layer's memory follows the blocks it holds.
-    pub fn frozen(&self) -> Layer {
-        let data = meta::data_chunks(&self.dirty, &self.zero);
-        let values =
-            data.iter()
-                .flat_map(|(c, words)| {
-                    let base = *c as u64 * CHUNK_BITS;
-                    words.iter().enumerate().flat_map(move |(wi, &w)| {
-                        SetBits(w).map(move |b| base + wi as u64 * 64 + b)
-                    })
-                })
-                .map(|b| self.hashes.get(b))
-                .collect();
-        let mut copy = self.reshaped(self.size_blocks, self.parent.clone());
-        copy.hashes = HashTable::packed(self.size_blocks, &data, values);
-        copy.changed = AtomicBool::new(false);
-        copy
+    /// The data file.
+    pub fn data_file(&self) -> &File {
+        &self.data
     }
 
     /// Whether the layer is sealed (immutable).
@@ -191,16 +202,42 @@ impl Layer {
         self.checksum.get().copied()
     }
 
-    /// Writes the metadata file atomically; `sealed` marks the layer immutable.
-    pub fn write_meta(&self, sealed: bool) -> Result<[u8; 32]> {
-        let header = self.header(sealed);
-        let (bytes, sum) = meta::encode(&header, &self.dirty, &self.zero, &self.hashes, sealed);
-        fsutil::atomic_write(&self.dir, META_FILE, &bytes)?;
-        if sealed {
-            let _ = self.checksum.set(sum);
-            self.sealed.store(true, Ordering::Release);
+    /// Writes the (unsealed) metadata file atomically.
+    fn write_meta(&self) -> Result<()> {
+        let header = self.header(false);
+        let enc = meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false);
+        fsutil::atomic_write(&self.dir, META_FILE, &enc.bytes)
+    }
+
+    /// Seals the layer: writes its metadata with the hash table and checksum atomically.
+    /// Callers have synced the data and stopped writing. Returns a read-only copy whose
+    /// hash table is packed, so a sealed layer's memory follows the blocks it holds.
+    pub fn seal(&self) -> Result<Layer> {
+        let enc = meta::encode(
+            &self.header(true),
+            &self.dirty,
+            &self.zero,
+            &self.hashes,
+            true,
+        );
+        fsutil::atomic_write(&self.dir, META_FILE, &enc.bytes)?;
+        self.sync_parent_dir()?;
+        let _ = self.checksum.set(enc.checksum);
+        self.sealed.store(true, Ordering::Release);
+        let mut copy = self.reshaped(self.size_blocks, self.parent.clone());
+        copy.hashes = HashTable::packed(self.size_blocks, &enc.data, enc.values);
+        copy.changed = AtomicBool::new(false);
+        Ok(copy)
+    }
+
+    /// Syncs the directory holding this layer's directory, once.
+    fn sync_parent_dir(&self) -> Result<()> {
+        if self.unsynced_dir.swap(false, Ordering::AcqRel) {
+            if let Some(parent) = self.dir.parent() {
+                fsutil::fsync_dir(parent)?;
+            }
         }
-        Ok(sum)
+        Ok(())
     }
 
     fn header(&self, sealed: bool) -> Header {
@@ -218,11 +255,13 @@ impl Layer {
     pub fn flush(&self) -> Result<()> {
         let snapshot = self.changed.swap(false, Ordering::AcqRel).then(|| {
             let header = self.header(false);
-            meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false).0
+            meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false).bytes
         });
         self.sync_data()?;
         if let Some(bytes) = snapshot {
-            if let Err(e) = fsutil::atomic_write(&self.dir, META_FILE, &bytes) {
+            let res = fsutil::atomic_write(&self.dir, META_FILE, &bytes)
+                .and_then(|()| self.sync_parent_dir());
+            if let Err(e) = res {
                 self.changed.store(true, Ordering::Release);
                 return Err(e);
             }
@@ -369,12 +408,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let id = LayerId::random().unwrap();
         let ldir = dir.path().join(id.as_str());
-        let layer = Layer::create(&ldir, id.clone(), None, 4, false).unwrap();
+        let layer = Layer::create(&ldir, id.clone(), None, 4, false, true).unwrap();
         let block = vec![7u8; BS];
         layer.write_blocks(1, &block).unwrap();
         layer.dirty.set(1);
         layer.hashes.set(1, xxh3_64(&block));
-        layer.write_meta(true).unwrap();
+        layer.seal().unwrap();
         let opened = Layer::open(&ldir, &id, false, true).unwrap();
         opened.verify().unwrap();
         let f = File::options()

@@ -3,18 +3,19 @@
 //! Layout (little-endian), followed by a blake3 checksum of all preceding bytes:
 //! `magic "SFLAYER1" | version u32 | flags u32 (bit 0 = sealed) | id [16] |
 //!  has_parent u8 | parent [16] | size_blocks u64 |
-//!  dirty: nchunks u32, nchunks × (index u32, 512 × u64) | zero: same |
+//!  dirty: nchunks u32, nchunks × (index u32, nwords u16, nwords × (word u16, bits u64)) |
+//!  zero: same |
 //!  nhashes u64, nhashes × u64 (one per held non-zero block, in block order)`.
 
 use std::io::{self, Read};
 
-use crate::bitmap::{Bitmap, ChunkSnap, HashTable, CHUNK_BITS, CHUNK_WORDS};
+use crate::bitmap::{Bitmap, ChunkSnap, HashTable, SetBits, CHUNK_BITS, CHUNK_WORDS};
 use crate::id::LayerId;
 
 /// Magic at the start of every layer metadata record.
 pub const MAGIC: &[u8; 8] = b"SFLAYER1";
 /// Version of the metadata encoding.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Largest supported disk: 1 TiB, i.e. 2^28 blocks.
 pub const MAX_BLOCKS: u64 = 1 << 28;
 const FLAG_SEALED: u32 = 1;
@@ -69,33 +70,51 @@ fn invalid(s: impl Into<String>) -> MetaError {
     MetaError::Invalid(s.into())
 }
 
+/// An encoded metadata record.
+pub struct Encoded {
+    /// The record, checksum included.
+    pub bytes: Vec<u8>,
+    pub checksum: [u8; 32],
+    /// Per chunk, the words of held data blocks (with hashes only).
+    pub data: Vec<ChunkSnap>,
+    /// Hashes of the held data blocks in block order (with hashes only).
+    pub values: Vec<u64>,
+}
+
 /// Encodes a layer's metadata; the hash table is included when `with_hashes`.
-/// Returns the bytes (checksum included) and the checksum.
 pub fn encode(
     header: &Header,
     dirty: &Bitmap,
     zero: &Bitmap,
     hashes: &HashTable,
     with_hashes: bool,
-) -> (Vec<u8>, [u8; 32]) {
+) -> Encoded {
     let mut out = Vec::with_capacity(4096);
     encode_header(header, &mut out);
     let dirty_chunks = snapshot(dirty);
     let zero_chunks = snapshot(zero);
     put_chunks(&dirty_chunks, &mut out);
     put_chunks(&zero_chunks, &mut out);
-    if with_hashes {
-        let held = data_block_list(&dirty_chunks, &zero_chunks);
-        out.extend_from_slice(&(held.len() as u64).to_le_bytes());
-        for b in held {
-            out.extend_from_slice(&hashes.get(b).to_le_bytes());
-        }
+    let (data, values) = if with_hashes {
+        let data = data_snap(&dirty_chunks, &zero_chunks);
+        let values: Vec<u64> = snap_bits(&data).map(|b| hashes.get(b)).collect();
+        (data, values)
     } else {
-        out.extend_from_slice(&0u64.to_le_bytes());
+        (Vec::new(), Vec::new())
+    };
+    out.reserve(8 + values.len() * 8 + 32);
+    out.extend_from_slice(&(values.len() as u64).to_le_bytes());
+    for v in &values {
+        out.extend_from_slice(&v.to_le_bytes());
     }
-    let sum: [u8; 32] = blake3::hash(&out).into();
-    out.extend_from_slice(&sum);
-    (out, sum)
+    let checksum: [u8; 32] = blake3::hash(&out).into();
+    out.extend_from_slice(&checksum);
+    Encoded {
+        bytes: out,
+        checksum,
+        data,
+        values,
+    }
 }
 
 fn encode_header(h: &Header, out: &mut Vec<u8>) {
@@ -118,35 +137,51 @@ fn snapshot(b: &Bitmap) -> Snap {
         .collect()
 }
 
+/// Each non-empty chunk is written as its index and its non-zero words only, so the
+/// record follows the number of changed extents, not their spread over the disk.
 fn put_chunks(chunks: &Snap, out: &mut Vec<u8>) {
     out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
     for (c, words) in chunks {
         out.extend_from_slice(&(*c as u32).to_le_bytes());
-        for w in words {
+        let nonzero = words.iter().filter(|&&w| w != 0).count() as u16;
+        out.extend_from_slice(&nonzero.to_le_bytes());
+        for (wi, w) in words.iter().enumerate().filter(|(_, &w)| w != 0) {
+            out.extend_from_slice(&(wi as u16).to_le_bytes());
             out.extend_from_slice(&w.to_le_bytes());
         }
     }
 }
 
-/// Blocks that are dirty and not zero, in ascending order.
-fn data_block_list(dirty: &Snap, zero: &Snap) -> Vec<u64> {
-    let mut out = Vec::new();
+/// Per chunk, `dirty & !zero`, keeping chunks with any bit set.
+fn data_snap(dirty: &Snap, zero: &Snap) -> Snap {
     let mut zi = zero.iter().peekable();
+    let mut out = Vec::new();
     for (c, words) in dirty {
         while zi.peek().is_some_and(|(zc, _)| zc < c) {
             zi.next();
         }
-        let zwords = zi.peek().filter(|(zc, _)| zc == c).map(|(_, w)| w);
-        for (wi, w) in words.iter().enumerate() {
-            let mut bits = w & !zwords.map_or(0, |z| z[wi]);
-            while bits != 0 {
-                let b = bits.trailing_zeros() as u64;
-                bits &= bits - 1;
-                out.push(*c as u64 * CHUNK_BITS + wi as u64 * 64 + b);
-            }
+        let z = zi.peek().filter(|(zc, _)| zc == c).map(|(_, w)| w);
+        let data: Vec<u64> = match z {
+            Some(z) => words.iter().zip(z).map(|(d, z)| d & !z).collect(),
+            None => words.clone(),
+        };
+        if data.iter().any(|&w| w != 0) {
+            out.push((*c, data));
         }
     }
     out
+}
+
+/// The set bits of a chunk snapshot, ascending.
+pub fn snap_bits(snap: &[ChunkSnap]) -> impl Iterator<Item = u64> + '_ {
+    snap.iter().flat_map(|(c, words)| {
+        let base = *c as u64 * CHUNK_BITS;
+        words
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| w != 0)
+            .flat_map(move |(wi, &w)| SetBits(w).map(move |b| base + wi as u64 * 64 + b))
+    })
 }
 
 /// A reader that feeds every byte it yields into a blake3 hasher.
@@ -257,22 +292,41 @@ fn decode_bitmap(r: &mut impl Read, size: u64) -> Result<Bitmap, MetaError> {
         return Err(invalid(format!("{count} bitmap chunks for {size} blocks")));
     }
     let mut prev: Option<u64> = None;
-    let mut bytes = vec![0u8; CHUNK_WORDS * 8];
     for _ in 0..count {
         let c = read_u32(r)? as u64;
         if c >= max || prev.is_some_and(|p| c <= p) {
             return Err(invalid(format!("bad bitmap chunk index {c}")));
         }
         prev = Some(c);
-        r.read_exact(&mut bytes)?;
-        let words: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-            .collect();
+        let words = decode_words(r)?;
         check_tail(&words, c, size)?;
         bitmap.set_chunk_words(c as usize, &words);
     }
     Ok(bitmap)
+}
+
+/// Reads one chunk's non-zero words: `n u16`, then `n × (index u16, word u64)`.
+fn decode_words(r: &mut impl Read) -> Result<Vec<u64>, MetaError> {
+    let mut n = [0u8; 2];
+    r.read_exact(&mut n)?;
+    let n = u16::from_le_bytes(n) as usize;
+    if n == 0 || n > CHUNK_WORDS {
+        return Err(invalid(format!("bad bitmap word count {n}")));
+    }
+    let mut words = vec![0u64; CHUNK_WORDS];
+    let mut prev: Option<usize> = None;
+    let mut entry = [0u8; 10];
+    for _ in 0..n {
+        r.read_exact(&mut entry)?;
+        let wi = u16::from_le_bytes([entry[0], entry[1]]) as usize;
+        let w = u64::from_le_bytes(entry[2..].try_into().unwrap_or([0; 8]));
+        if wi >= CHUNK_WORDS || prev.is_some_and(|p| wi <= p) || w == 0 {
+            return Err(invalid(format!("bad bitmap word {wi}")));
+        }
+        prev = Some(wi);
+        words[wi] = w;
+    }
+    Ok(words)
 }
 
 /// Bits past the end of the layer must be clear.
@@ -379,7 +433,11 @@ mod tests {
     #[test]
     fn round_trip() {
         let (h, d, z, hs) = sample(true);
-        let (bytes, sum) = encode(&h, &d, &z, &hs, true);
+        let Encoded {
+            bytes,
+            checksum: sum,
+            ..
+        } = encode(&h, &d, &z, &hs, true);
         let m = decode(&mut &bytes[..]).unwrap();
         assert_eq!(m.header, h);
         assert_eq!(m.checksum, sum);
@@ -397,7 +455,7 @@ mod tests {
     #[test]
     fn every_flipped_byte_is_detected() {
         let (h, d, z, hs) = sample(true);
-        let (bytes, _) = encode(&h, &d, &z, &hs, true);
+        let bytes = encode(&h, &d, &z, &hs, true).bytes;
         for i in (0..bytes.len()).step_by(97) {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;
@@ -411,11 +469,11 @@ mod tests {
     #[test]
     fn unsealed_may_omit_hashes() {
         let (h, d, z, hs) = sample(false);
-        let (bytes, _) = encode(&h, &d, &z, &hs, false);
+        let bytes = encode(&h, &d, &z, &hs, false).bytes;
         let m = decode(&mut &bytes[..]).unwrap();
         assert!(!m.has_hashes);
         let (h, ..) = sample(true);
-        let (bytes, _) = encode(&h, &d, &z, &hs, false);
+        let bytes = encode(&h, &d, &z, &hs, false).bytes;
         assert!(decode(&mut &bytes[..]).is_err());
     }
 

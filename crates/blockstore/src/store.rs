@@ -169,12 +169,14 @@ impl Store {
     /// the sealed overlay joins the chain under a fresh overlay. Callers hold the disk lock.
     pub(crate) fn finish_interrupted_seal(&self, name: &str) -> Result<Manifest> {
         let mut m = self.read_manifest(name)?;
-        let header = Layer::read_header(&self.layer_dir(&m.overlay), &m.overlay)?;
-        if !header.sealed {
-            return Ok(m);
+        match Layer::read_header(&self.layer_dir(&m.overlay), &m.overlay) {
+            Ok(h) if h.sealed => {}
+            // Not sealed, or never made durable (recreated by `Disk::open`).
+            Ok(_) | Err(Error::LayerNotFound(_)) => return Ok(m),
+            Err(e) => return Err(e),
         }
         let _gc = self.gc_shared()?;
-        let fresh = self.create_layer(Some(m.overlay.clone()), m.size / BLOCK_SIZE)?;
+        let fresh = self.create_layer(Some(m.overlay.clone()), m.size / BLOCK_SIZE, true)?;
         m.chain
             .push(std::mem::replace(&mut m.overlay, fresh.id.clone()));
         self.write_manifest(name, &m)?;
@@ -182,17 +184,20 @@ impl Store {
     }
 
     /// Creates an empty unsealed layer in layers/. Callers hold the gc lock shared until
-    /// they publish a reference to it.
-    pub(crate) fn create_layer(&self, parent: Option<LayerId>, blocks: u64) -> Result<Layer> {
+    /// they publish a reference to it. With `durable` false the layer becomes durable at
+    /// its first flush or seal.
+    pub(crate) fn create_layer(
+        &self,
+        parent: Option<LayerId>,
+        blocks: u64,
+        durable: bool,
+    ) -> Result<Layer> {
         let id = LayerId::random()?;
-        let layer = Layer::create(
-            &self.layer_dir(&id),
-            id,
-            parent,
-            blocks,
-            self.opts().direct_io,
-        )?;
-        fsutil::fsync_dir(&self.dir("layers"))?;
+        let direct = self.opts().direct_io;
+        let layer = Layer::create(&self.layer_dir(&id), id, parent, blocks, direct, durable)?;
+        if durable {
+            fsutil::fsync_dir(&self.dir("layers"))?;
+        }
         Ok(layer)
     }
 
@@ -263,7 +268,7 @@ impl Store {
             Some(b) => self.checked_base(b, size)?,
             None => Vec::new(),
         };
-        let overlay = self.create_layer(base.cloned(), size / BLOCK_SIZE)?;
+        let overlay = self.create_layer(base.cloned(), size / BLOCK_SIZE, true)?;
         let m = Manifest {
             version: 1,
             size,

@@ -196,3 +196,30 @@ fn image_import_skips_zeros() {
     assert_eq!(read(&d, 0, want.len()), want);
     assert_eq!(read(&d, 3 * MIB + 100, 4096), vec![0; 4096]);
 }
+
+#[test]
+fn export_file_matches_stream_export() {
+    for direct_io in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with(dir.path(), StoreOptions { direct_io }).unwrap();
+        store.create_disk("d", 4 * MIB, None).unwrap();
+        let d = store.open_disk("d").unwrap();
+        d.write_at(&pattern(3 * MIB as usize, 5), 12_345).unwrap();
+        let l1 = d.seal().unwrap();
+        d.write_at(&pattern(70_000, 6), MIB).unwrap();
+        let l2 = d.seal().unwrap();
+        let mut stream = Vec::new();
+        let s1 = store.export(&l2, None, &mut stream).unwrap();
+        let path = dir.path().join("artifact");
+        let file = std::fs::File::create(&path).unwrap();
+        let s2 = store.export_file(&l2, None, &file).unwrap();
+        assert_eq!(s1, s2);
+        assert_eq!(std::fs::read(&path).unwrap(), stream);
+        let other = tempfile::tempdir().unwrap();
+        let other = Store::open(other.path()).unwrap();
+        let mut input = std::fs::File::open(&path).unwrap();
+        assert_eq!(other.import_as(&mut input, "snap").unwrap(), l2);
+        assert_eq!(other.get_ref("snap").unwrap(), l2);
+        assert_eq!(other.chain_of(&l2).unwrap(), vec![l1, l2]);
+    }
+}

@@ -296,7 +296,7 @@ fn check_store(root: &Path, which: &str) {
             }
             Ok(_) => {}
             // A layer directory killed before its metadata was written.
-            Err(Error::LayerNotFound(_)) => half_written = true,
+            Err(Error::LayerNotFound(_) | Error::Corrupt { .. }) => half_written = true,
             Err(e) => panic!("store {which}: layer {id}: {e}"),
         }
     }
