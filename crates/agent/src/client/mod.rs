@@ -45,6 +45,8 @@ pub enum ClientError {
     Agent(#[from] AgentError),
     #[error("agent output exceeds the limit of {0} bytes")]
     TooLarge(u64),
+    #[error("agent did not answer within {0:?}")]
+    Timeout(Duration),
     #[error("agent not ready after {waited:?}")]
     NotReady {
         waited: Duration,
@@ -61,6 +63,10 @@ impl From<CodecError> for ClientError {
         }
     }
 }
+
+/// How long the agent may take to answer a connection with its preamble (it does so at
+/// once; more means it is stuck or not an agent).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
@@ -117,7 +123,10 @@ impl AgentClient {
             writer: FrameWriter::new(w),
         };
         conn.writer.send_first(&Message::Request(req)).await?;
-        conn.reader.read_preamble().await?;
+        let answer = tokio::time::timeout(ANSWER_TIMEOUT, conn.reader.read_preamble());
+        answer
+            .await
+            .map_err(|_| ClientError::Timeout(ANSWER_TIMEOUT))??;
         Ok(conn)
     }
 

@@ -1,0 +1,193 @@
+//! Hostile peers on both sides: a planted symlink must not redirect the host, and broken
+//! frames must not hurt the agent.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::Duration;
+
+use agent::proto::{encode_frame, Message, Preamble, Request, MAX_FRAME};
+use agent::{AgentClient, ClientError};
+use common::TestAgent;
+
+#[tokio::test]
+async fn symlinked_socket_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // A "host" socket that a sandbox would like to reach.
+    let target = dir.path().join("host-api.sock");
+    let listener = UnixListener::bind(&target).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let sock_dir = dir.path().join("run");
+    std::fs::create_dir(&sock_dir).unwrap();
+    std::os::unix::fs::symlink(&target, sock_dir.join("agent.sock")).unwrap();
+
+    let err = AgentClient::new(&sock_dir).hello().await.unwrap_err();
+    assert!(matches!(err, ClientError::NotASocket(_)), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        listener.accept().is_err(),
+        "the host socket was connected to"
+    );
+
+    // A regular file or a directory in its place is refused too.
+    std::fs::remove_file(sock_dir.join("agent.sock")).unwrap();
+    std::fs::write(sock_dir.join("agent.sock"), "").unwrap();
+    let err = AgentClient::new(&sock_dir).hello().await.unwrap_err();
+    assert!(matches!(err, ClientError::NotASocket(_)), "{err:?}");
+
+    // A real socket in its place is connected to (this one never answers).
+    std::fs::remove_file(sock_dir.join("agent.sock")).unwrap();
+    let real = UnixListener::bind(sock_dir.join("agent.sock")).unwrap();
+    real.set_nonblocking(true).unwrap();
+    let client = AgentClient::new(&sock_dir);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), client.hello())
+            .await
+            .is_err()
+    );
+    assert!(real.accept().is_ok());
+}
+
+fn raw(a: &TestAgent) -> UnixStream {
+    let s = UnixStream::connect(a.sock_dir().join("agent.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// Reads until the agent closes the connection; returns what it sent. (A close with our
+/// bytes still unread shows as a reset after its data.)
+fn read_to_close(mut s: UnixStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    match s.read_to_end(&mut out) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("agent did not close the connection: {e}"),
+    }
+    out
+}
+
+#[tokio::test]
+async fn malformed_frames_close_only_that_connection() {
+    let a = TestAgent::start().await;
+    let preamble = Preamble::current().to_bytes();
+    let oversized = ((MAX_FRAME + 1) as u32).to_le_bytes();
+    let mut garbage = preamble.to_vec();
+    garbage.extend_from_slice(&[5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    let mut trailing = preamble.to_vec();
+    let mut hello = encode_frame(&Message::Request(Request::Hello)).unwrap();
+    hello[0] += 1;
+    hello.push(0);
+    trailing.extend_from_slice(&hello);
+    let cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        [&preamble[..], &oversized[..]].concat(),
+        [&preamble[..], &u32::MAX.to_le_bytes()[..]].concat(),
+        garbage,
+        trailing,
+        [&preamble[..], &encode_frame(&Message::Eof).unwrap()[..]].concat(),
+    ];
+    for case in cases {
+        let mut s = raw(&a);
+        s.write_all(&case).unwrap();
+        let reply = read_to_close(s);
+        assert!(
+            reply.len() >= Preamble::LEN,
+            "the agent answers with its preamble"
+        );
+    }
+    // A peer that sends nothing, and one that vanishes mid-frame, do not stall others.
+    let _idle = raw(&a);
+    let mut half = raw(&a);
+    half.write_all(&preamble).unwrap();
+    half.write_all(&[100, 0, 0, 0, 1, 2]).unwrap();
+    drop(half);
+    let hello = a.client.hello().await.unwrap();
+    assert_eq!(hello.pid, a.pid() as u32);
+}
+
+#[tokio::test]
+async fn version_mismatch_is_reported() {
+    let a = TestAgent::start().await;
+    let mut s = raw(&a);
+    let mut future = Preamble { version: 999 }.to_bytes().to_vec();
+    future.extend(encode_frame(&Message::Request(Request::Hello)).unwrap());
+    s.write_all(&future).unwrap();
+    let reply = read_to_close(s);
+    assert_eq!(
+        Preamble::parse(reply[..6].try_into().unwrap()).unwrap(),
+        Preamble::current()
+    );
+    let rest = agent::proto::decode_frame(&reply[6..]).unwrap();
+    assert!(
+        matches!(rest, Message::Error(ref e) if e.message.contains("999")),
+        "{rest:?}"
+    );
+}
+
+#[tokio::test]
+async fn client_rejects_a_hostile_agent() {
+    // A fake agent: answers the preamble, then announces an oversized frame.
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join("agent.sock")).unwrap();
+    let server = std::thread::spawn(move || {
+        for reply in [
+            &((MAX_FRAME as u32) + 1).to_le_bytes()[..],
+            &[3, 0, 0, 0, 0xff, 0xff, 0xff][..],
+        ] {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf);
+            s.write_all(&Preamble::current().to_bytes()).unwrap();
+            s.write_all(reply).unwrap();
+        }
+    });
+    let c = AgentClient::new(dir.path());
+    let e = c.hello().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Protocol(agent::proto::ProtoError::FrameTooLarge(_))
+        ),
+        "{e:?}"
+    );
+    let e = c.hello().await.unwrap_err();
+    assert!(matches!(e, ClientError::Protocol(_)), "{e:?}");
+    server.join().unwrap();
+}
+
+#[tokio::test]
+async fn identity_is_written_and_exported() {
+    let a = TestAgent::start().await;
+    let id = agent::proto::Identity {
+        sandbox_id: "sb-7".into(),
+        fork_index: 4,
+        seed: vec![0x01, 0xab],
+        parent_snapshot_id: Some("snap-1".into()),
+        env: vec![("SECRET".into(), "s3".into())],
+    };
+    a.client.set_identity(id.clone()).await.unwrap();
+    let file = std::fs::read_to_string(a.scratch().join("etc-sandfork/fork")).unwrap();
+    assert!(
+        file.contains("SANDFORK_FORK_INDEX=4\n") && file.contains("SANDFORK_FORK_SEED=01ab\n"),
+        "{file}"
+    );
+    assert_eq!(a.client.hello().await.unwrap().identity, Some(id));
+    let out = a
+        .client
+        .exec_collect(common::sh("echo $SANDFORK_FORK_INDEX $SECRET"), 100)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"4 s3\n");
+    let bad = agent::proto::Identity {
+        sandbox_id: "../x\n".into(),
+        fork_index: 0,
+        seed: vec![],
+        parent_snapshot_id: None,
+        env: vec![],
+    };
+    assert!(matches!(
+        a.client.set_identity(bad).await,
+        Err(ClientError::Agent(_))
+    ));
+}
