@@ -106,6 +106,24 @@ def start_daemon(binary: Path, extra_args: Sequence[str] = (), root: Optional[Pa
     return Daemon(f"unix://{sock}", root, data_dir, sock, log, process)
 
 
+def terminate_leftovers(daemon: Daemon) -> List[str]:
+    """Terminates every sandbox still live (running sandboxes outlive a daemon stop by
+    design, to be re-adopted); returns their ids."""
+    from sandfork import Client, Sandbox, SandforkError
+
+    client = Client(url=daemon.url)
+    try:
+        live = [s for s in Sandbox.list(client=client) if s.status not in ("terminated", "failed")]
+    except SandforkError:
+        return []
+    for info in live:
+        try:
+            Sandbox(info.id, client=client).terminate()
+        except SandforkError:
+            pass
+    return [s.id for s in live]
+
+
 def stop_daemon(daemon: Daemon) -> None:
     if daemon.process.poll() is None:
         daemon.process.send_signal(signal.SIGTERM)

@@ -20,6 +20,7 @@ from _daemon import (
     implements_serve,
     start_daemon,
     stop_daemon,
+    terminate_leftovers,
     wait_healthy,
 )
 
@@ -44,8 +45,10 @@ def daemon() -> Iterator[Daemon]:
         else:
             os.environ["SANDFORK_URL"] = old_url
         try:
+            left = terminate_leftovers(d)
             stop_daemon(d)
             check_nothing_leaked(d)
+            assert not left, f"tests left these sandboxes running: {left}"
         finally:
             if os.environ.get("SANDFORK_TEST_KEEP"):
                 print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
