@@ -1,4 +1,5 @@
-"""A second daemon on loopback TCP with a bearer token: the token is sent, and refused when wrong."""
+"""A second daemon, on loopback TCP with a bearer token and an admission cap of one sandbox:
+the token is sent and refused when wrong; a create over the cap is refused with 429."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import sandfork
 from sandfork import Client, Sandbox
 
-from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, stop_daemon, wait_healthy
+from _daemon import Daemon, check_nothing_leaked, daemon_binary, implements_serve, start_daemon, stop_daemon, wait_healthy
 
 pytestmark = pytest.mark.daemon
 
@@ -29,13 +30,14 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def tcp_daemon() -> Iterator[Daemon]:
     binary = daemon_binary()
-    if binary is None or not implements_serve(binary, "--listen", "--token-file"):
-        pytest.skip("no daemon binary with `serve --listen --token-file` is built")
+    if binary is None or not implements_serve(binary, "--listen", "--token-file", "--max-sandboxes"):
+        pytest.skip("no daemon binary with `serve --listen --token-file --max-sandboxes` is built")
     root = Path(tempfile.mkdtemp(prefix="sfsdk-tcp-"))
     token_file = root / "token"
     token_file.write_text(TOKEN + "\n")
     port = _free_port()
-    d = start_daemon(binary, ["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)], root=root)
+    args = ["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file), "--max-sandboxes", "1"]
+    d = start_daemon(binary, args, root=root)
     d.url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy_with_token(d)
@@ -43,6 +45,7 @@ def tcp_daemon() -> Iterator[Daemon]:
     finally:
         try:
             stop_daemon(d)
+            check_nothing_leaked(d)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -77,3 +80,15 @@ def test_token_from_environment(tcp_daemon: Daemon, monkeypatch: pytest.MonkeyPa
     assert Sandbox.list() == []
     with pytest.raises(sandfork.SandboxNotFoundError):
         Sandbox.connect("nope")
+
+
+def test_admission_refuses_over_the_cap(tcp_daemon: Daemon) -> None:
+    client = Client(url=tcp_daemon.url, token=TOKEN)
+    with Sandbox.create(memory_mb=64, client=client) as first:
+        with pytest.raises(sandfork.CapacityError) as info:
+            Sandbox.create(memory_mb=64, client=client)
+        assert info.value.status == 429 and info.value.message
+        assert [s.id for s in Sandbox.list(client=client)] == [first.id], "nothing half-created"
+        assert first.run("echo", ["still fine"]).stdout == "still fine\n"
+    with Sandbox.create(memory_mb=64, client=client) as again:
+        assert again.run("true").exit_code == 0
