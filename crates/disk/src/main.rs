@@ -152,6 +152,9 @@ fn mount(o: &Opts) -> Result<()> {
     if let Some(t) = o.0.get("threads") {
         opts.threads = t.parse().context("--threads")?;
     }
+    if let Some(f) = o.0.get("open-flags") {
+        opts.open_flags = f.parse().context("--open-flags")?;
+    }
     let mnt = std::path::Path::new(o.get("mountpoint")?);
     let m = MountedDisk::mount(&o.spec()?, mnt, opts)?;
     let out = serde_json::json!({

@@ -35,6 +35,8 @@ pub struct MountOptions {
     /// Grow the filesystem to the disk size before mounting (after a grow whose online
     /// resize the kernel refused).
     pub grow_fs: bool,
+    /// FUSE open flags for the exported file (see [`crate::fuse::open_flag`]).
+    pub open_flags: u32,
 }
 
 impl Default for MountOptions {
@@ -43,6 +45,7 @@ impl Default for MountOptions {
             threads: 6,
             start_timeout: Duration::from_secs(30),
             grow_fs: true,
+            open_flags: 0,
         }
     }
 }
@@ -319,6 +322,7 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
         .arg("--dir")
         .arg(&spec.run_dir)
         .args(["--threads", &opts.threads.to_string()])
+        .args(["--open-flags", &opts.open_flags.to_string()])
         .args(["--ready-fd", &wr.as_raw_fd().to_string(), "--detach"])
         .stdin(Stdio::null())
         .spawn()

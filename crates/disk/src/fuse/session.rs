@@ -22,6 +22,8 @@ nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
 /// Room for the largest request after its first `WRITE_PREFIX_LEN` bytes.
 const DATA_BUF_LEN: usize = MAX_IO + 4096;
 const PAGE: usize = 4096;
+/// Workers need little stack; small stacks keep the locked memory of a server small.
+const WORKER_STACK: usize = 256 << 10;
 
 /// A mounted, initialised FUSE connection, not yet served by workers.
 pub struct Session {
@@ -118,6 +120,7 @@ impl Session {
             let fs = self.fs.clone();
             let h = std::thread::Builder::new()
                 .name(format!("fuse-{i}"))
+                .stack_size(WORKER_STACK)
                 .spawn(move || worker(fd, fs))
                 .map_err(Error::io("spawn FUSE worker"))?;
             handles.push(h);
@@ -156,9 +159,20 @@ impl Workers {
     }
 }
 
-/// Aborts FUSE connection `conn` through the fusectl filesystem.
+/// Aborts FUSE connection `conn` through the fusectl filesystem, mounting fusectl at
+/// `/sys/fs/fuse/connections` first when the host has not.
 pub fn abort_connection(conn: u64) {
-    let path = format!("/sys/fs/fuse/connections/{conn}/abort");
+    const CTL: &str = "/sys/fs/fuse/connections";
+    let path = format!("{CTL}/{conn}/abort");
+    if !Path::new(&path).exists() {
+        let _ = mount(
+            Some("fusectl"),
+            CTL,
+            Some("fusectl"),
+            MsFlags::empty(),
+            None::<&str>,
+        );
+    }
     let _ = std::fs::write(path, b"1");
 }
 
