@@ -37,8 +37,8 @@ struct Manifest {
     layers: Vec<Descriptor>,
 }
 
+/// The image config blob: lowercase at the top, Docker-style PascalCase inside `config`.
 #[derive(Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
 struct ImageConfig {
     #[serde(default)]
     config: Option<RunConfig>,
@@ -138,7 +138,12 @@ fn archive(path: &Path) -> Result<tar::Archive<Box<dyn Read>>> {
 /// Unpacks one layer. With `whiteouts`, a first pass applies the layer's deletions to
 /// what lower layers left, a second pass unpacks everything else.
 fn unpack_layer(path: &Path, root: &Path, whiteouts: bool) -> Result<()> {
-    let tar_err = |e: std::io::Error| Error::Image(format!("{}: {e}", path.display()));
+    let tar_err = |e: std::io::Error| {
+        let cause = std::error::Error::source(&e)
+            .map(|s| format!(": {s}"))
+            .unwrap_or_default();
+        Error::Image(format!("{}: {e}{cause}", path.display()))
+    };
     if whiteouts {
         for entry in archive(path)?.entries().map_err(tar_err)? {
             let entry = entry.map_err(tar_err)?;
