@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import List
 
 import pytest
 
-from sandfork import ProcessStatus, SandboxStatus
+from sandfork import ProcessStatus, Sandbox, SandboxStatus
 from sandfork.aio import AsyncSandbox
 
 pytestmark = pytest.mark.daemon
@@ -78,3 +79,29 @@ def test_async_fan_out(daemon) -> None:
         return await asyncio.gather(*(one(i) for i in range(8)))
 
     assert asyncio.run(main()) == [f"{i}\n" for i in range(8)]
+
+
+def test_cancelled_create_leaves_no_sandbox(daemon) -> None:
+    label = {"suite": "aio-cancel"}
+
+    def live() -> List[str]:
+        return [s.id for s in Sandbox.list() if s.labels == label and s.status not in ("terminated", "failed")]
+
+    def ended() -> List[str]:
+        return [s.id for s in Sandbox.list(state="terminated") if s.labels == label]
+
+    async def main() -> None:
+        task = asyncio.ensure_future(AsyncSandbox.create(memory_mb=64, labels=label))
+        await asyncio.sleep(0.01)  # the create is in flight in a worker thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 30
+    while not (live() or ended()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the create goes on in its thread
+    assert live() or ended(), "the create reached the daemon"
+    while live() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live() == [] and len(ended()) == 1, "the sandbox created for a cancelled task is terminated"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import errors
@@ -56,6 +56,27 @@ def _pool() -> ThreadPoolExecutor:
 async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_pool(), functools.partial(fn, *args, **kwargs))
+
+
+async def _call_owning(fn: Callable[..., T], cleanup: Callable[[T], Any], *args: Any, **kwargs: Any) -> T:
+    """Like :func:`_call`, for calls that create sandboxes: if the awaiting task is
+    cancelled while the call is in flight, ``cleanup`` runs on its result once it arrives
+    (the thread cannot be stopped, and nobody would own what it created)."""
+    future = _pool().submit(functools.partial(fn, *args, **kwargs))
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(lambda f: _cleanup_result(f, cleanup))
+        raise
+
+
+def _cleanup_result(future: "Future[T]", cleanup: Callable[[T], Any]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    try:
+        cleanup(future.result())
+    except Exception:  # noqa: BLE001 - best effort; nothing is left to report to
+        pass
 
 
 def _on_loop(callback: Optional[OutputCallback]) -> Optional[OutputCallback]:
@@ -218,7 +239,7 @@ class AsyncSnapshot:
 
     async def fork(self, count: int = 1, **kwargs: Any) -> "AsyncForkResult":
         """Starts ``count`` sandboxes from the snapshot (see :meth:`Snapshot.fork`)."""
-        return AsyncForkResult(await _call(self.sync.fork, count, **kwargs))
+        return AsyncForkResult(await _call_owning(self.sync.fork, ForkResult.terminate_all, count, **kwargs))
 
     async def export(self, path: PathLike) -> int:
         """Streams the snapshot into a local file."""
@@ -305,7 +326,7 @@ class AsyncSandbox:
         an async context manager (``async with AsyncSandbox.create() as sb:``),
         which terminates the sandbox on exit.
         """
-        return _Creating(_call(Sandbox.create, *args, **kwargs))
+        return _Creating(_call_owning(Sandbox.create, Sandbox.terminate, *args, **kwargs))
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "AsyncSandbox":
@@ -415,7 +436,7 @@ class AsyncSandbox:
 
     async def fork(self, count: int = 1, **kwargs: Any) -> AsyncForkResult:
         """Forks ``count`` live copies (see :meth:`Sandbox.fork`)."""
-        return AsyncForkResult(await _call(self.sync.fork, count, **kwargs))
+        return AsyncForkResult(await _call_owning(self.sync.fork, ForkResult.terminate_all, count, **kwargs))
 
     async def copy(self, *, times: int = 1) -> AsyncForkResult:
         """Alias of :meth:`fork`."""
