@@ -72,6 +72,53 @@ async fn sandbox_sees_only_itself() {
     assert!(out.contains("No such file"), "{out}");
     let (code, _, err) = sh(&agent, "mount -t tmpfs x /mnt").await;
     assert_ne!(code, Some(0), "{err}");
+    // The init's stdio are pipes, never host files (memory checkpoints need that).
+    let pid = env.runtime.inspect(&id).await.unwrap().pid.unwrap();
+    for fd in 0..3 {
+        let link = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+        assert!(
+            link.to_string_lossy().starts_with("pipe:"),
+            "fd {fd} is {link:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn adopt_after_restart_and_clean_up_the_dead() {
+    let env = TestEnv::new();
+    let live = env.runtime.create(env.spec("live")).await.unwrap();
+    let dead = env.runtime.create(env.spec("dead")).await.unwrap();
+    sh(&live.agent(), "echo before > /root/f").await;
+    // The dead sandbox's init is killed behind the runtime's back.
+    let pid = env.runtime.inspect(&dead.id).await.unwrap().pid.unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    // A second runtime on the same data directory stands for the restarted daemon.
+    let restarted = env.restarted();
+    let mut cleaned = Vec::new();
+    for _ in 0..50 {
+        cleaned = restarted.cleanup_stale().await.unwrap();
+        if !cleaned.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(cleaned, vec![dead.id.clone()]);
+    assert!(!dead.dir.exists());
+    assert!(!std::path::Path::new(&format!("/run/netns/sf-{}", dead.id)).exists());
+    let adopted = restarted.adopt(&live.id).await.unwrap();
+    let (_, out, _) = sh(&adopted.agent(), "cat /root/f").await;
+    assert_eq!(out, "before\n");
+    restarted.destroy(&live.id).await.unwrap();
+    assert!(!live.dir.exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(env.dir.path().to_str().unwrap()),
+        "{mounts}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -167,8 +167,7 @@ impl Host for RealHost {
             .arg(&log)
             .args(["run", "--detach", "--bundle"]);
         c.arg(paths.bundle()).arg(id);
-        // The container's init inherits runc's stdio: /dev/null, never a host file.
-        cmd::run_detached(&mut c, &log)
+        cmd::run_detached(c, &log, &paths.logs().join("init.log"))
     }
 
     fn runc_kill(&self, root: &Path, id: &str, signal: &str) -> Result<()> {

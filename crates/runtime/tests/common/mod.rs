@@ -64,6 +64,14 @@ impl TestEnv {
         }
     }
 
+    /// Another runtime on the same data directory, as after a daemon restart.
+    pub fn restarted(&self) -> ContainerRuntime {
+        let data = self.runtime.config().data_dir.clone();
+        let disks = Disks::open(data.join("store")).unwrap();
+        let host = RealHost::new(disks, "/run/sandfork");
+        ContainerRuntime::new(self.runtime.config().clone(), Arc::new(host))
+    }
+
     pub fn spec(&self, tag: &str) -> SandboxSpec {
         SandboxSpec {
             id: unique_id(tag),

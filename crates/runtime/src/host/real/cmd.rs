@@ -59,18 +59,32 @@ pub fn run_tolerant(cmd: &mut Command, gone: &[&str]) -> Result<()> {
     }
 }
 
-/// Runs a command whose children outlive it holding its stdio (runc run --detach): stdio
-/// is /dev/null, and on failure the end of `log` is the detail.
-pub fn run_detached(cmd: &mut Command, log: &Path) -> Result<()> {
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| Error::Command {
-            command: describe(cmd),
-            detail: e.to_string(),
-        })?;
+/// Most of the sandbox init's output kept in its log file; the rest is dropped.
+const INIT_LOG_MAX: u64 = 1 << 20;
+
+/// Runs a command whose children outlive it holding its stdio (`runc run --detach`).
+/// Their stdio are pipes, never host files (a memory checkpoint cannot restore a host
+/// file it cannot see): stdin at end of file, stdout and stderr drained by a thread into
+/// `init_log` (at most 1 MiB) until the last writer is gone. On failure the end of
+/// `log` (runc's own log) is the detail.
+pub fn run_detached(mut cmd: Command, log: &Path, init_log: &Path) -> Result<()> {
+    let command = describe(&cmd);
+    let fail = |e: std::io::Error| Error::Command {
+        command: command.clone(),
+        detail: e.to_string(),
+    };
+    let (stdin_r, stdin_w) = pipe().map_err(|e| fail(e.into()))?;
+    drop(stdin_w);
+    let (out_r, out_w) = pipe().map_err(|e| fail(e.into()))?;
+    let err_w = out_w.try_clone().map_err(fail)?;
+    cmd.stdin(Stdio::from(stdin_r))
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(err_w));
+    let status = cmd.status().map_err(fail)?;
+    // Our copies of the write ends go with the command, so the drain ends with the init.
+    drop(cmd);
+    let file = std::fs::File::create(init_log).map_err(|e| Error::io(init_log, e))?;
+    std::thread::spawn(move || drain(std::fs::File::from(out_r), file));
     if status.success() {
         return Ok(());
     }
@@ -80,8 +94,17 @@ pub fn run_detached(cmd: &mut Command, log: &Path) -> Result<()> {
         "{status}: {}",
         tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
     );
-    Err(Error::Command {
-        command: describe(cmd),
-        detail,
-    })
+    Err(Error::Command { command, detail })
+}
+
+fn pipe() -> nix::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+}
+
+fn drain(from: std::fs::File, to: std::fs::File) {
+    let mut limited = std::io::Read::take(&from, INIT_LOG_MAX);
+    let mut to = to;
+    let _ = std::io::copy(&mut limited, &mut to);
+    // Past the cap, keep reading so the writer never blocks, and drop the bytes.
+    let _ = std::io::copy(&mut &from, &mut std::io::sink());
 }
