@@ -2,13 +2,14 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use agent::AgentClient;
 use common::{sh, AGENT};
 
-/// `unshare --pid --fork` running the agent; kills the whole namespace on drop.
+/// `unshare --pid --fork` running an agent; kills the whole namespace on drop.
 struct Namespace {
     unshare: Child,
     _dir: tempfile::TempDir,
@@ -18,22 +19,19 @@ struct Namespace {
 impl Namespace {
     async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let unshare = Command::new("unshare")
-            .args([
-                "--pid",
-                "--fork",
-                "--kill-child",
-                "--mount-proc",
-                AGENT,
-                "--socket",
-            ])
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc", AGENT])
+            .arg("--socket")
             .arg(dir.path().join("agent.sock"))
             .arg("--identity-dir")
-            .arg(dir.path().join("identity"))
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("unshare");
-        let client = AgentClient::new(dir.path());
+            .arg(dir.path().join("identity"));
+        let socket_dir = dir.path().to_path_buf();
+        Self::spawn(cmd, dir, &socket_dir).await
+    }
+
+    async fn spawn(mut cmd: Command, dir: tempfile::TempDir, socket_dir: &Path) -> Self {
+        let unshare = cmd.stdin(Stdio::null()).spawn().expect("unshare");
+        let client = AgentClient::new(socket_dir);
         let ns = Self {
             unshare,
             _dir: dir,
@@ -146,4 +144,64 @@ async fn sigterm_to_pid1_stops_everything() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status:?}");
+}
+
+/// A root filesystem with nothing but static busybox and the static agent, as in the
+/// smallest sandbox image.
+fn busybox_root(agent: &Path) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for d in ["bin", "run/sandfork", "etc", "tmp"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", r.join("bin/busybox")).unwrap();
+    for applet in ["sh", "echo", "id", "cat", "ls"] {
+        std::os::unix::fs::symlink("busybox", r.join("bin").join(applet)).unwrap();
+    }
+    std::fs::copy(agent, r.join("sandfork-agent")).unwrap();
+    root
+}
+
+#[tokio::test]
+async fn static_agent_runs_without_a_c_library() {
+    let agent = common::static_agent_path();
+    if !agent.exists() || !Path::new("/bin/busybox").exists() {
+        eprintln!("static agent or busybox-static missing (make build, scripts/setup); skipping");
+        return;
+    }
+    let root = busybox_root(&agent);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--kill-child", "chroot"])
+        .arg(root.path())
+        .args(["/sandfork-agent", "--socket", "/run/sandfork/agent.sock"]);
+    let socket_dir = root.path().join("run/sandfork");
+    let ns = Namespace::spawn(cmd, root, &socket_dir).await;
+    let out = ns
+        .client
+        .exec_collect(sh("echo hi from $(id -u):$(id -g)"), 1024)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"hi from 0:0\n");
+    let req = agent::proto::ExecRequest {
+        user: Some("1000:1000".into()),
+        ..sh("id -u")
+    };
+    assert_eq!(
+        ns.client.exec_collect(req, 1024).await.unwrap().stdout,
+        b"1000\n"
+    );
+    let id = agent::proto::Identity {
+        sandbox_id: "sb-1".into(),
+        fork_index: 1,
+        seed: vec![7; 32],
+        parent_snapshot_id: None,
+        env: vec![],
+    };
+    ns.client.set_identity(id).await.unwrap();
+    let fork = ns
+        .client
+        .read_file_bytes("/etc/sandfork/fork", 4096)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&fork).contains("SANDFORK_FORK_INDEX=1"));
 }

@@ -1,20 +1,9 @@
 //! The agent that goes into sandboxes is linked statically (images may lack a C library).
 //! Checks the binary built by `make build` (or named by SANDFORK_AGENT_BIN) when present.
 
-use std::path::PathBuf;
+mod common;
 
-fn static_agent_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("SANDFORK_AGENT_BIN") {
-        return PathBuf::from(p);
-    }
-    // target/debug/sandfork-agent -> target/x86_64-unknown-linux-gnu/debug/sandfork-agent
-    let dynamic = PathBuf::from(env!("CARGO_BIN_EXE_sandfork-agent"));
-    let target = dynamic
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir");
-    target.join("x86_64-unknown-linux-gnu/debug/sandfork-agent")
-}
+use common::static_agent_path;
 
 /// Program header types of an ELF64 little-endian file.
 fn program_headers(elf: &[u8]) -> Vec<u32> {

@@ -47,9 +47,8 @@ pub fn spawn(
     let pid = child.id() as i32;
     let wrap = |fd: Option<OwnedFd>| fd.ok_or_else(|| std::io::Error::other("missing pipe"));
     let pipes = (|| -> std::io::Result<_> {
-        let stdin = child
-            .stdin
-            .take()
+        let stdin = child.stdin.take().filter(|_| req.stdin != StdinMode::Null);
+        let stdin = stdin
             .map(|s| pipe::Sender::from_owned_fd(s.into()))
             .transpose()?;
         let stdout = pipe::Receiver::from_owned_fd(wrap(child.stdout.take().map(Into::into))?)?;
@@ -189,10 +188,9 @@ fn command(plan: &Plan, req: &ExecRequest) -> Command {
         .current_dir(&plan.cwd)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .stdin(match req.stdin {
-            StdinMode::Null => Stdio::null(),
-            StdinMode::Bytes(_) | StdinMode::Stream => Stdio::piped(),
-        });
+        // A pipe even for `Null` (its write end is closed at once): the sandbox may have
+        // no /dev/null.
+        .stdin(Stdio::piped());
     let ids = plan.creds.as_ref().map(|c| {
         let groups: Vec<Gid> = c.groups.iter().map(|g| Gid::from_raw(*g)).collect();
         (Uid::from_raw(c.uid), Gid::from_raw(c.gid), groups)
