@@ -320,3 +320,61 @@ def test_public_names_exist() -> None:
     assert sandfork.__version__
     assert all(hasattr(sandfork, name) for name in sandfork.__all__)
     assert Path(sandfork.__file__).with_name("py.typed").exists()
+
+
+# --- snapshot and fork requests (their daemon routes may not exist yet) -------------
+
+
+def test_checkpoint_and_snapshot_requests(served: Tuple[Client, Recorder]) -> None:
+    client, rec = served
+    snap_doc = {"id": "snap-1", "type": "memory", "source_sandbox_id": "sb-1", "size_bytes": 42, "created_at": "2026-11-29T21:00:00Z"}
+    rec.reply = (201, "application/json", json.dumps(snap_doc).encode())
+    sb = sandfork.Sandbox("sb 1", client=client)
+    snap = sb.checkpoint(checkpoint_type=sandfork.CheckpointType.MEMORY, name="warm")
+    method, path, _, body = rec.requests[-1]
+    assert (method, path, json.loads(body)) == ("POST", "/v1/sandboxes/sb%201/checkpoint", {"type": "memory", "name": "warm"})
+    assert (snap.snapshot_id, snap.type, snap.sandbox_id, snap.size_bytes) == ("snap-1", "memory", "sb-1", 42)
+    assert snap.created_at is not None
+
+    rec.reply = (204, "application/json", b"")
+    snap.delete()
+    assert rec.requests[-1][:2] == ("DELETE", "/v1/snapshots/snap-1")
+    sandfork.Snapshot.delete("snap-2", client=client)
+    assert rec.requests[-1][:2] == ("DELETE", "/v1/snapshots/snap-2")
+    sandfork.Sandbox.delete_snapshot("snap-3", client=client)
+    assert rec.requests[-1][:2] == ("DELETE", "/v1/snapshots/snap-3")
+
+    rec.reply = (200, "application/json", json.dumps({"snapshots": [snap_doc]}).encode())
+    assert sandfork.Snapshot.list(source="sb-1", type="memory", client=client) == [snap]
+    assert rec.requests[-1][1] == "/v1/snapshots?source=sb-1&type=memory"
+
+
+def test_fork_result_decodes_children_and_errors(served: Tuple[Client, Recorder]) -> None:
+    client, rec = served
+    child = {"id": "sb-c0", "state": "running", "fork": {"index": 0, "parent_snapshot_id": "snap-1"}}
+    doc = {
+        "snapshot_id": "snap-1",
+        "children": [
+            {"index": 1, "error": {"code": "over_capacity", "message": "Too many sandboxes"}},
+            {"index": 0, "sandbox": child},
+        ],
+    }
+    rec.reply = (200, "application/json", json.dumps(doc).encode())
+    result = sandfork.Snapshot.fork("snap-1", 2, env={"A": "1"}, per_child=[{"env": {"I": "0"}}, {"env": {"I": "1"}}], client=client)
+    method, path, _, body = rec.requests[-1]
+    assert (method, path) == ("POST", "/v1/snapshots/snap-1/fork")
+    assert json.loads(body) == {"count": 2, "env": {"A": "1"}, "per_child": [{"env": {"I": "0"}}, {"env": {"I": "1"}}]}
+    assert [sb.id for sb in result] == ["sb-c0"] == [sb.id for sb in result.sandboxes]
+    assert [c.index for c in result.children] == [0, 1] and not result.ok
+    failed = result.errors[0]
+    assert failed.index == 1 and isinstance(failed.error, sandfork.CapacityError) and failed.error.message == "Too many sandboxes"
+    with pytest.raises(sandfork.ForkError) as info:
+        result.raise_for_errors()
+    assert info.value.result is result and info.value.code == "over_capacity"
+
+    sb = sandfork.Sandbox("sb-src", client=client)
+    copies = sb.copy(times=3)
+    assert rec.requests[-1][1] == "/v1/sandboxes/sb-src/fork" and json.loads(rec.requests[-1][3]) == {"count": 3}
+    assert copies.snapshot_id == "snap-1" and copies.source_sandbox_id == "sb-src"
+    with pytest.raises(sandfork.InvalidArgumentError):
+        sb.fork(0)
