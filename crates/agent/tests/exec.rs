@@ -300,3 +300,23 @@ where
     }
     out
 }
+
+#[tokio::test]
+async fn exec_round_trip_latency() {
+    let a = TestAgent::start().await;
+    let req = || ExecRequest {
+        command: "true".into(),
+        ..Default::default()
+    };
+    let mut times = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        let out = a.client.exec_collect(req(), MAX).await.unwrap();
+        times.push(start.elapsed());
+        assert_eq!(out.code(), Some(0));
+    }
+    times.sort();
+    let (p50, p99) = (times[25], times[49]);
+    eprintln!("exec `true` round trip: p50 {p50:?}, max {p99:?}");
+    assert!(p50 < Duration::from_millis(100), "p50 {p50:?}");
+}
