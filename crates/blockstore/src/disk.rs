@@ -150,13 +150,7 @@ impl Disk {
 
     fn check_usable(&self) -> Result<()> {
         if self.broken.load(Ordering::Acquire) {
-            return Err(Error::io(
-                format!(
-                    "disk {:?} failed during a seal and must be reopened",
-                    self.name
-                ),
-                std::io::ErrorKind::Other.into(),
-            ));
+            return Err(Error::NeedsReopen(self.name.clone()));
         }
         Ok(())
     }
@@ -248,10 +242,7 @@ impl Disk {
         let mut st = self.state.write();
         let top = run.last().map(|l| &l.id);
         if st.chain.len() != from + run.len() || st.chain.last().map(|l| &l.id) != top {
-            return Err(Error::io(
-                "compaction raced with a seal; try again",
-                std::io::ErrorKind::Interrupted.into(),
-            ));
+            return Err(Error::CompactionRaced(self.name.clone()));
         }
         st.chain.truncate(from);
         st.chain.push(merged.clone());
@@ -522,3 +513,7 @@ fn recreate_overlay(store: &Store, m: &Manifest, parent: Option<LayerId>) -> Res
     fsutil::fsync_dir(&store.dir("layers"))?;
     Ok(layer)
 }
+
+#[cfg(test)]
+#[path = "disk_tests.rs"]
+mod tests;

@@ -60,6 +60,13 @@ pub enum Error {
     /// A disk manifest cannot be parsed or names layers that do not form a chain.
     #[error("disk manifest {name:?} is invalid: {reason}")]
     BadManifest { name: String, reason: String },
+    /// A seal added a layer while a compaction was merging; the merge was discarded and
+    /// may simply be retried.
+    #[error("compaction of disk {0:?} raced with a seal; retry")]
+    CompactionRaced(String),
+    /// The disk failed in the middle of a seal and must be reopened (which completes it).
+    #[error("disk {0:?} failed during a seal and must be reopened")]
+    NeedsReopen(String),
     /// The layer given as base is not part of the chain below top.
     #[error("layer {base} is not below {top}")]
     NotAncestor { base: String, top: String },
