@@ -80,3 +80,47 @@ fn deliver(
         tx.send_replace(Some(status));
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_that_exit_at_once_are_never_lost() {
+        let reaper = Reaper::default();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mut exits: Vec<ExitReceiver> = std::thread::scope(|s| {
+            // Reap continuously while spawning, as SIGCHLD would.
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    reaper.reap();
+                }
+            });
+            let exits = (0..40)
+                .map(|i| {
+                    let mut cmd = Command::new("/bin/sh");
+                    cmd.args(["-c", &format!("exit {}", i % 3)]);
+                    let exit = reaper.spawn(&mut cmd).unwrap().1;
+                    // An exec failure makes std wait for that child itself: it must not
+                    // race the reaper.
+                    assert!(reaper.spawn(&mut Command::new("/nonexistent/x")).is_err());
+                    exit
+                })
+                .collect();
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            exits
+        });
+        for _ in 0..500 {
+            reaper.reap();
+            if exits.iter().all(|e| e.borrow().is_some()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for (i, e) in exits.iter_mut().enumerate() {
+            assert_eq!(*e.borrow(), Some(ExitStatus::Code(i as i32 % 3)));
+        }
+        assert!(reaper.live_pids().is_empty());
+    }
+}
