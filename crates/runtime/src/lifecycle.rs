@@ -97,8 +97,10 @@ fn build(
     done.push(Step::Mount);
     host.mount_disk(&names.disk, paths)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");
-    done.push(Step::Netns);
+    // Made atomically, and possibly refused because the name is taken (by a sandbox of
+    // another data directory with the same id): recorded only once it is ours.
     host.netns_add(&names.netns)?;
+    done.push(Step::Netns);
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "netns added");
     if let NetworkMode::Internet {
         allow_out,

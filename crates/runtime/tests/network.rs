@@ -240,6 +240,10 @@ async fn destroy_leaves_nothing_behind() {
         (u32::from(sb.address.unwrap()) - u32::from(Ipv4Addr::new(10, 213, 0, 0))) / 4
     );
     assert!(std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists());
+    // What must go is there before: the disk server and the loop device.
+    assert!(processes_mentioning(&id));
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(String::from_utf8_lossy(&loops.stdout).contains(&id));
     env.runtime.destroy(&id).await.unwrap();
     env.runtime.destroy(&id).await.unwrap();
     assert!(!sb.dir.exists());
@@ -254,7 +258,16 @@ async fn destroy_leaves_nothing_behind() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&rules.stdout).contains(&host_if));
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains(&id));
+    assert!(!mounts.contains(&id), "a mount (ext4 or FUSE) is left");
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&loops.stdout).contains(&id),
+        "a loop device is left"
+    );
+    assert!(
+        !processes_mentioning(&id),
+        "a process (disk server) is left"
+    );
     let runc = Command::new("runc")
         .arg("--root")
         .arg(env.runtime.layout().runc_root())
@@ -262,6 +275,14 @@ async fn destroy_leaves_nothing_behind() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&runc.stdout).trim().is_empty());
+}
+
+/// Whether any process's command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains(needle)
+    })
 }
 
 /// Whether `pid` is gone (or reused by another process) within a second; a zombie waits

@@ -133,7 +133,7 @@ fn expected_undo(failed: &str, network: bool) -> Vec<&'static str> {
     if network && f >= attempted_rank("veth_add") {
         undo.push("veth_delete");
     }
-    if f >= attempted_rank("netns_add") {
+    if f > attempted_rank("netns_add") {
         undo.push("netns_delete");
     }
     if f >= attempted_rank("mount_disk") {
