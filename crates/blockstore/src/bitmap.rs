@@ -128,16 +128,42 @@ impl Bitmap {
         }
     }
 
-    /// Stores `words` as chunk `c`; returns false if `c` is past the end.
-    pub fn set_chunk_words(&self, c: usize, words: &[u64]) -> bool {
-        if c >= self.chunks.slots.len() {
+    /// The word `wi` of chunk `c` (0 when unallocated or out of range).
+    pub fn word_at(&self, c: usize, wi: usize) -> u64 {
+        self.chunks
+            .get(c)
+            .and_then(|chunk| chunk.get(wi))
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// Stores word `wi` of chunk `c`; returns false if that is past the end.
+    pub fn set_word(&self, c: usize, wi: usize, w: u64) -> bool {
+        if c >= self.chunks.slots.len() || wi >= CHUNK_WORDS {
             return false;
         }
-        let chunk = self.chunks.get_or_alloc(c);
-        for (dst, src) in chunk.iter().zip(words) {
-            dst.store(*src, Ordering::Release);
-        }
+        self.chunks.get_or_alloc(c)[wi].store(w, Ordering::Release);
         true
+    }
+
+    /// The non-zero words of chunk `c`, ascending.
+    pub fn chunk_nonzero(&self, c: usize) -> Words {
+        let Some(chunk) = self.chunks.get(c) else {
+            return Vec::new();
+        };
+        chunk
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i as u16, w.load(Ordering::Acquire)))
+            .filter(|&(_, w)| w != 0)
+            .collect()
+    }
+
+    /// A snapshot of every chunk with a bit set, as its non-zero words.
+    pub fn snapshot(&self) -> Vec<ChunkSnap> {
+        self.chunk_indices()
+            .map(|c| (c, self.chunk_nonzero(c)))
+            .filter(|(_, w)| !w.is_empty())
+            .collect()
     }
 
     /// Set bits in ascending order.
@@ -188,10 +214,11 @@ pub enum HashTable {
     Packed(Packed),
 }
 
-/// Data-block words of one bitmap chunk and the rank of the first bit of each word.
+/// The non-zero data-block words of one bitmap chunk and the rank of each word's
+/// first bit.
 struct RankChunk {
-    words: Box<[u64]>,
-    ranks: Box<[u32]>,
+    words: Words,
+    ranks: Vec<u32>,
 }
 
 /// A read-only hash table indexed by rank among the held data blocks.
@@ -200,8 +227,10 @@ pub struct Packed {
     chunks: Vec<Option<RankChunk>>,
 }
 
-/// Snapshot of one bitmap chunk: its index and words.
-pub type ChunkSnap = (usize, Vec<u64>);
+/// The non-zero words of one bitmap chunk: `(word index, bits)`, ascending.
+pub type Words = Vec<(u16, u64)>;
+/// Snapshot of one bitmap chunk: its index and non-zero words.
+pub type ChunkSnap = (usize, Words);
 
 impl HashTable {
     /// An empty dense table for `blocks` blocks.
@@ -221,7 +250,7 @@ impl HashTable {
         for (c, words) in data {
             let ranks = words
                 .iter()
-                .map(|w| {
+                .map(|(_, w)| {
                     let r = rank;
                     rank = rank.saturating_add(w.count_ones());
                     r
@@ -229,7 +258,7 @@ impl HashTable {
                 .collect();
             if let Some(slot) = chunks.get_mut(*c) {
                 *slot = Some(RankChunk {
-                    words: words.clone().into_boxed_slice(),
+                    words: words.clone(),
                     ranks,
                 });
             }
@@ -277,13 +306,16 @@ impl Packed {
         let Some(Some(chunk)) = self.chunks.get((block / CHUNK_BITS) as usize) else {
             return 0;
         };
-        let wi = ((block % CHUNK_BITS) / 64) as usize;
+        let wi = ((block % CHUNK_BITS) / 64) as u16;
         let bit = block % 64;
-        let w = chunk.words[wi];
+        let Ok(k) = chunk.words.binary_search_by_key(&wi, |&(i, _)| i) else {
+            return 0;
+        };
+        let w = chunk.words[k].1;
         if w & (1 << bit) == 0 {
             return 0;
         }
-        let rank = chunk.ranks[wi] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize;
+        let rank = chunk.ranks[k] as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize;
         self.values.get(rank).copied().unwrap_or(0)
     }
 }
@@ -330,14 +362,14 @@ mod tests {
     }
 
     #[test]
-    fn chunk_words_round_trip() {
+    fn sparse_words() {
         let b = Bitmap::new(70_000);
         b.set(40_000);
-        let words = b.chunk_words(1);
-        let c = Bitmap::new(70_000);
-        assert!(c.set_chunk_words(1, &words));
-        assert!(!c.set_chunk_words(3, &words));
-        assert!(c.get(40_000));
+        b.set(32_768);
+        assert_eq!(b.snapshot(), vec![(1, vec![(0, 1), (113, 1)])]);
+        assert_eq!(b.word_at(1, 113), 1);
+        assert!(b.set_word(2, 3, 5) && !b.set_word(3, 0, 1) && !b.set_word(0, 512, 1));
+        assert!(b.get(2 * CHUNK_BITS + 3 * 64) && b.get(2 * CHUNK_BITS + 3 * 64 + 2));
     }
 
     #[test]
@@ -356,12 +388,10 @@ mod tests {
 
     #[test]
     fn packed_hash_table() {
-        let mut w0 = vec![0u64; CHUNK_WORDS];
-        w0[0] = 0b1010;
-        w0[3] = 1 << 63;
-        let mut w2 = vec![0u64; CHUNK_WORDS];
-        w2[511] = 1 << 63;
-        let data = vec![(0, w0), (2, w2)];
+        let data = vec![
+            (0, vec![(0, 0b1010), (3, 1 << 63)]),
+            (2, vec![(511, 1 << 63)]),
+        ];
         let h = HashTable::packed(3 * CHUNK_BITS, &data, vec![10, 11, 12, 13]);
         assert_eq!(h.get(1), 10);
         assert_eq!(h.get(3), 11);

@@ -156,35 +156,70 @@ impl Disk {
     }
 
     /// Turns the overlay into a sealed layer and puts a fresh overlay on top. Does not
-    /// read data: cost is a data sync plus writing the bitmaps and hash table.
+    /// read data: cost is a data sync plus writing the bitmaps and hash table. The syncs
+    /// of the data, the sealed metadata and the new manifest run in parallel; the two
+    /// renames that commit them follow in order (metadata, then manifest).
     pub fn seal(&self) -> Result<LayerId> {
         self.check_usable()?;
         let _gc = self.store.gc_shared()?;
         let mut st = self.state.write();
         let ov = st.overlay.clone();
-        ov.sync_data()?;
-        let sealed = ov.seal()?;
-        // From here the on-disk overlay is sealed; failing now leaves the disk to be
-        // completed by the next open (see `Store::finish_interrupted_seal`).
-        let res = self.publish_seal(&mut st, sealed);
-        if res.is_err() {
-            self.broken.store(true, Ordering::Release);
-        }
-        res
-    }
-
-    fn publish_seal(&self, st: &mut State, sealed: Layer) -> Result<LayerId> {
-        let id = sealed.id.clone();
         let fresh = self
             .store
-            .create_layer(Some(id.clone()), st.size / BS, false)?;
+            .create_layer(Some(ov.id.clone()), st.size / BS, false)?;
         let mut m = st.manifest();
-        m.chain.push(id.clone());
+        m.chain.push(ov.id.clone());
         m.overlay = fresh.id.clone();
-        self.store.write_manifest(&self.name, &m)?;
+        let enc = ov.encode_sealed();
+        let (meta, manifest) = match self.stage_seal(&ov, &enc.bytes, &m) {
+            Ok(staged) => staged,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&fresh.dir);
+                return Err(e);
+            }
+        };
+        if let Err(e) = meta.commit() {
+            manifest.abort();
+            return Err(e);
+        }
+        // From here the on-disk overlay is sealed; failing now leaves the disk to be
+        // completed by the next open (see `Store::finish_interrupted_seal`).
+        let sealed = ov.mark_sealed(enc);
+        if let Err(e) = manifest.commit() {
+            self.broken.store(true, Ordering::Release);
+            return Err(e);
+        }
         st.chain.push(self.store.cache_layer(sealed));
         st.overlay = Arc::new(fresh);
-        Ok(id)
+        Ok(ov.id.clone())
+    }
+
+    /// Syncs the overlay data and writes the sealed metadata and the manifest to temp
+    /// files, all at once.
+    fn stage_seal(
+        &self,
+        ov: &Layer,
+        meta: &[u8],
+        m: &Manifest,
+    ) -> Result<(fsutil::Staged, fsutil::Staged)> {
+        std::thread::scope(|s| {
+            let data = s.spawn(|| ov.sync_data().and_then(|()| ov.sync_parent_dir()));
+            let manifest = s.spawn(|| self.store.stage_manifest(&self.name, m));
+            let meta = fsutil::stage(&ov.dir, crate::layer::META_FILE, meta);
+            match (joined(data), meta, joined(manifest)) {
+                (Ok(()), Ok(meta), Ok(manifest)) => Ok((meta, manifest)),
+                (data, meta, manifest) => {
+                    let mut first = data.err();
+                    for staged in [meta, manifest] {
+                        match staged {
+                            Ok(st) => st.abort(),
+                            Err(e) => first = first.or(Some(e)),
+                        }
+                    }
+                    Err(first.unwrap_or_else(|| Error::io("seal", io_other())))
+                }
+            }
+        })
     }
 
     /// Grows the disk to `new_size` bytes (a multiple of 4096, not smaller than now).
@@ -450,6 +485,16 @@ impl BlockDevice for Disk {
         })?;
         self.modify(&st, offset, len, None)
     }
+}
+
+fn io_other() -> std::io::Error {
+    std::io::ErrorKind::Other.into()
+}
+
+/// The result of a scoped thread; a panic becomes an error.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    h.join()
+        .unwrap_or_else(|_| Err(Error::io("seal worker panicked", io_other())))
 }
 
 /// Parent links along the chain must match the manifest order.

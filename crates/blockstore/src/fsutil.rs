@@ -20,15 +20,43 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 
 /// Replaces `dir/name` with `bytes` atomically: write a temp file, fsync, rename, fsync dir.
 pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    stage(dir, name, bytes)?.commit()
+}
+
+/// A durable temp file waiting to replace its target.
+pub struct Staged {
+    dir: std::path::PathBuf,
+    tmp: std::path::PathBuf,
+    target: std::path::PathBuf,
+}
+
+/// First half of `atomic_write`: writes and fsyncs the temp file.
+pub fn stage(dir: &Path, name: &str, bytes: &[u8]) -> Result<Staged> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let target = dir.join(name);
     let ctx = || format!("write {}", target.display());
     let mut f = File::create(&tmp).map_err(|e| Error::io(ctx(), e))?;
     f.write_all(bytes).map_err(|e| Error::io(ctx(), e))?;
     f.sync_all().map_err(|e| Error::io(ctx(), e))?;
-    drop(f);
-    fs::rename(&tmp, &target).map_err(|e| Error::io(ctx(), e))?;
-    fsync_dir(dir)
+    Ok(Staged {
+        dir: dir.to_owned(),
+        tmp,
+        target,
+    })
+}
+
+impl Staged {
+    /// Second half of `atomic_write`: renames into place and fsyncs the directory.
+    pub fn commit(self) -> Result<()> {
+        fs::rename(&self.tmp, &self.target)
+            .map_err(|e| Error::io(format!("write {}", self.target.display()), e))?;
+        fsync_dir(&self.dir)
+    }
+
+    /// Drops the temp file.
+    pub fn abort(self) {
+        let _ = fs::remove_file(&self.tmp);
+    }
 }
 
 /// Opens (and with `create`, creates) a layer data file, with O_DIRECT when `direct`.

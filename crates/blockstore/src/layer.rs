@@ -213,25 +213,31 @@ impl Layer {
     /// Callers have synced the data and stopped writing. Returns a read-only copy whose
     /// hash table is packed, so a sealed layer's memory follows the blocks it holds.
     pub fn seal(&self) -> Result<Layer> {
-        let enc = meta::encode(
-            &self.header(true),
-            &self.dirty,
-            &self.zero,
-            &self.hashes,
-            true,
-        );
+        let enc = self.encode_sealed();
         fsutil::atomic_write(&self.dir, META_FILE, &enc.bytes)?;
         self.sync_parent_dir()?;
+        Ok(self.mark_sealed(enc))
+    }
+
+    /// The sealed metadata record of this layer as it is now.
+    pub fn encode_sealed(&self) -> meta::Encoded {
+        let header = self.header(true);
+        meta::encode(&header, &self.dirty, &self.zero, &self.hashes, true)
+    }
+
+    /// Records that `enc` (from `encode_sealed`) is durably in place; returns the
+    /// read-only copy with a packed hash table.
+    pub fn mark_sealed(&self, enc: meta::Encoded) -> Layer {
         let _ = self.checksum.set(enc.checksum);
         self.sealed.store(true, Ordering::Release);
         let mut copy = self.reshaped(self.size_blocks, self.parent.clone());
         copy.hashes = HashTable::packed(self.size_blocks, &enc.data, enc.values);
         copy.changed = AtomicBool::new(false);
-        Ok(copy)
+        copy
     }
 
     /// Syncs the directory holding this layer's directory, once.
-    fn sync_parent_dir(&self) -> Result<()> {
+    pub fn sync_parent_dir(&self) -> Result<()> {
         if self.unsynced_dir.swap(false, Ordering::AcqRel) {
             if let Some(parent) = self.dir.parent() {
                 fsutil::fsync_dir(parent)?;

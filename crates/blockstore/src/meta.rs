@@ -9,7 +9,7 @@
 
 use std::io::{self, Read};
 
-use crate::bitmap::{Bitmap, ChunkSnap, HashTable, SetBits, CHUNK_BITS, CHUNK_WORDS};
+use crate::bitmap::{Bitmap, ChunkSnap, HashTable, SetBits, Words, CHUNK_BITS, CHUNK_WORDS};
 use crate::id::LayerId;
 
 /// Magic at the start of every layer metadata record.
@@ -131,10 +131,7 @@ fn encode_header(h: &Header, out: &mut Vec<u8>) {
 type Snap = Vec<ChunkSnap>;
 
 fn snapshot(b: &Bitmap) -> Snap {
-    b.chunk_indices()
-        .map(|c| (c, b.chunk_words(c)))
-        .filter(|(_, w)| w.iter().any(|&x| x != 0))
-        .collect()
+    b.snapshot()
 }
 
 /// Each non-empty chunk is written as its index and its non-zero words only, so the
@@ -143,16 +140,15 @@ fn put_chunks(chunks: &Snap, out: &mut Vec<u8>) {
     out.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
     for (c, words) in chunks {
         out.extend_from_slice(&(*c as u32).to_le_bytes());
-        let nonzero = words.iter().filter(|&&w| w != 0).count() as u16;
-        out.extend_from_slice(&nonzero.to_le_bytes());
-        for (wi, w) in words.iter().enumerate().filter(|(_, &w)| w != 0) {
-            out.extend_from_slice(&(wi as u16).to_le_bytes());
+        out.extend_from_slice(&(words.len() as u16).to_le_bytes());
+        for (wi, w) in words {
+            out.extend_from_slice(&wi.to_le_bytes());
             out.extend_from_slice(&w.to_le_bytes());
         }
     }
 }
 
-/// Per chunk, `dirty & !zero`, keeping chunks with any bit set.
+/// Per chunk, `dirty & !zero`, keeping the non-zero words.
 fn data_snap(dirty: &Snap, zero: &Snap) -> Snap {
     let mut zi = zero.iter().peekable();
     let mut out = Vec::new();
@@ -160,13 +156,28 @@ fn data_snap(dirty: &Snap, zero: &Snap) -> Snap {
         while zi.peek().is_some_and(|(zc, _)| zc < c) {
             zi.next();
         }
-        let z = zi.peek().filter(|(zc, _)| zc == c).map(|(_, w)| w);
-        let data: Vec<u64> = match z {
-            Some(z) => words.iter().zip(z).map(|(d, z)| d & !z).collect(),
+        let data: Words = match zi.peek().filter(|(zc, _)| zc == c) {
+            Some((_, z)) => and_not(words, z),
             None => words.clone(),
         };
-        if data.iter().any(|&w| w != 0) {
+        if !data.is_empty() {
             out.push((*c, data));
+        }
+    }
+    out
+}
+
+/// `a & !b` over two sparse word lists, keeping non-zero results.
+fn and_not(a: &Words, b: &Words) -> Words {
+    let mut bi = b.iter().peekable();
+    let mut out = Vec::with_capacity(a.len());
+    for &(i, w) in a {
+        while bi.peek().is_some_and(|(j, _)| *j < i) {
+            bi.next();
+        }
+        let z = bi.peek().filter(|(j, _)| *j == i).map_or(0, |(_, z)| *z);
+        if w & !z != 0 {
+            out.push((i, w & !z));
         }
     }
     out
@@ -178,9 +189,7 @@ pub fn snap_bits(snap: &[ChunkSnap]) -> impl Iterator<Item = u64> + '_ {
         let base = *c as u64 * CHUNK_BITS;
         words
             .iter()
-            .enumerate()
-            .filter(|(_, &w)| w != 0)
-            .flat_map(move |(wi, &w)| SetBits(w).map(move |b| base + wi as u64 * 64 + b))
+            .flat_map(move |&(wi, w)| SetBits(w).map(move |b| base + wi as u64 * 64 + b))
     })
 }
 
@@ -298,60 +307,57 @@ fn decode_bitmap(r: &mut impl Read, size: u64) -> Result<Bitmap, MetaError> {
             return Err(invalid(format!("bad bitmap chunk index {c}")));
         }
         prev = Some(c);
-        let words = decode_words(r)?;
-        check_tail(&words, c, size)?;
-        bitmap.set_chunk_words(c as usize, &words);
+        for (wi, w) in decode_words(r)? {
+            check_tail(c * CHUNK_BITS + wi as u64 * 64, w, size)?;
+            bitmap.set_word(c as usize, wi as usize, w);
+        }
     }
     Ok(bitmap)
 }
 
 /// Reads one chunk's non-zero words: `n u16`, then `n × (index u16, word u64)`.
-fn decode_words(r: &mut impl Read) -> Result<Vec<u64>, MetaError> {
+fn decode_words(r: &mut impl Read) -> Result<Words, MetaError> {
     let mut n = [0u8; 2];
     r.read_exact(&mut n)?;
     let n = u16::from_le_bytes(n) as usize;
     if n == 0 || n > CHUNK_WORDS {
         return Err(invalid(format!("bad bitmap word count {n}")));
     }
-    let mut words = vec![0u64; CHUNK_WORDS];
-    let mut prev: Option<usize> = None;
+    let mut words = Vec::with_capacity(n);
     let mut entry = [0u8; 10];
     for _ in 0..n {
         r.read_exact(&mut entry)?;
-        let wi = u16::from_le_bytes([entry[0], entry[1]]) as usize;
+        let wi = u16::from_le_bytes([entry[0], entry[1]]);
         let w = u64::from_le_bytes(entry[2..].try_into().unwrap_or([0; 8]));
-        if wi >= CHUNK_WORDS || prev.is_some_and(|p| wi <= p) || w == 0 {
+        let ordered = words.last().is_none_or(|&(p, _)| wi > p);
+        if wi as usize >= CHUNK_WORDS || !ordered || w == 0 {
             return Err(invalid(format!("bad bitmap word {wi}")));
         }
-        prev = Some(wi);
-        words[wi] = w;
+        words.push((wi, w));
     }
     Ok(words)
 }
 
-/// Bits past the end of the layer must be clear.
-fn check_tail(words: &[u64], chunk: u64, size: u64) -> Result<(), MetaError> {
-    let base = chunk * CHUNK_BITS;
-    for (wi, &w) in words.iter().enumerate() {
-        let start = base + wi as u64 * 64;
-        let valid = size.saturating_sub(start).min(64);
-        let mask = if valid == 64 {
-            u64::MAX
-        } else {
-            (1u64 << valid) - 1
-        };
-        if w & !mask != 0 {
-            return Err(invalid("bitmap bits set past the end of the layer"));
-        }
+/// Bits past the end of the layer must be clear; `start` is the word's first bit.
+fn check_tail(start: u64, w: u64, size: u64) -> Result<(), MetaError> {
+    let valid = size.saturating_sub(start).min(64);
+    let mask = if valid == 64 {
+        u64::MAX
+    } else {
+        (1u64 << valid) - 1
+    };
+    if w & !mask != 0 {
+        return Err(invalid("bitmap bits set past the end of the layer"));
     }
     Ok(())
 }
 
 fn check_subset(zero: &Bitmap, dirty: &Bitmap) -> Result<(), MetaError> {
-    for c in zero.chunk_indices() {
-        let z = zero.chunk_words(c);
-        let d = dirty.chunk_words(c);
-        if z.iter().zip(&d).any(|(z, d)| z & !d != 0) {
+    for (c, words) in zero.snapshot() {
+        if words
+            .iter()
+            .any(|&(wi, z)| z & !dirty.word_at(c, wi as usize) != 0)
+        {
             return Err(invalid("zero bitmap marks blocks the layer does not hold"));
         }
     }
@@ -373,7 +379,7 @@ fn decode_hashes(
     let held: u64 = data
         .iter()
         .flat_map(|(_, w)| w)
-        .map(|w| w.count_ones() as u64)
+        .map(|(_, w)| w.count_ones() as u64)
         .sum();
     if count != held {
         return Err(invalid(format!(
@@ -388,22 +394,9 @@ fn decode_hashes(
     Ok((HashTable::packed(size, &data, values), true))
 }
 
-/// Per chunk, the words of blocks held as data (dirty and not zero).
+/// Per chunk, the non-zero words of blocks held as data (dirty and not zero).
 pub fn data_chunks(dirty: &Bitmap, zero: &Bitmap) -> Vec<ChunkSnap> {
-    dirty
-        .chunk_indices()
-        .map(|c| {
-            let z = zero.chunk_words(c);
-            let words = dirty
-                .chunk_words(c)
-                .iter()
-                .zip(&z)
-                .map(|(d, z)| d & !z)
-                .collect();
-            (c, words)
-        })
-        .filter(|(_, w): &ChunkSnap| w.iter().any(|&x| x != 0))
-        .collect()
+    data_snap(&dirty.snapshot(), &zero.snapshot())
 }
 
 #[cfg(test)]

@@ -222,11 +222,16 @@ impl Store {
     }
 
     pub(crate) fn write_manifest(&self, name: &str, m: &Manifest) -> Result<()> {
+        self.stage_manifest(name, m)?.commit()
+    }
+
+    /// Writes and syncs a new manifest for `name` without putting it in place yet.
+    pub(crate) fn stage_manifest(&self, name: &str, m: &Manifest) -> Result<fsutil::Staged> {
         let bytes = serde_json::to_vec_pretty(m).map_err(|e| Error::BadManifest {
             name: name.to_owned(),
             reason: e.to_string(),
         })?;
-        fsutil::atomic_write(&self.dir("disks"), &format!("{name}.json"), &bytes)
+        fsutil::stage(&self.dir("disks"), &format!("{name}.json"), &bytes)
     }
 
     /// Loads a sealed layer, sharing one in-memory copy per store.
