@@ -11,6 +11,8 @@ pub enum Error {
     NotFound(String),
     #[error("Sandbox {0} already exists")]
     Exists(String),
+    #[error("Sandbox {0} is not stopped")]
+    NotStopped(String),
     #[error("Command {command} failed: {detail}")]
     Command { command: String, detail: String },
     #[error("I/O on {path}")]

@@ -149,6 +149,13 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
 pub fn restart(ctx: &Ctx<'_>, id: &str) -> Result<Record> {
     let paths = ctx.layout.sandbox(id);
     let record = load(ctx, id)?;
+    if ctx
+        .host
+        .runc_state(&ctx.runc_root(), &record.names.container)?
+        .is_some()
+    {
+        return Err(Error::NotStopped(id.into()));
+    }
     let mut done = Vec::new();
     if let Err(e) = start(ctx, &paths, &record, &mut done) {
         let _ = stop(ctx, id);

@@ -241,16 +241,25 @@ fn stop_then_restart_reuses_disk_and_network() {
     let host = FakeHost::new();
     create(&ctx(&env, &host), spec("s", internet())).unwrap();
     host.clear();
-    stop(&ctx(&env, &host), "s").unwrap();
-    restart(&ctx(&env, &host), "s").unwrap();
+    assert!(matches!(
+        restart(&ctx(&env, &host), "s"),
+        Err(Error::NotStopped(_))
+    ));
     assert_eq!(
         host.ops(),
-        [
-            "runc_kill",
-            "runc_delete",
-            "write_config",
-            "runc_run",
-            "wait_agent"
-        ]
+        ["runc_state"],
+        "a running sandbox is left alone"
     );
+    host.clear();
+    stop(&ctx(&env, &host), "s").unwrap();
+    restart(&ctx(&env, &host), "s").unwrap();
+    let ops = [
+        "runc_kill",
+        "runc_delete",
+        "runc_state",
+        "write_config",
+        "runc_run",
+        "wait_agent",
+    ];
+    assert_eq!(host.ops(), ops);
 }
