@@ -54,6 +54,16 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// Whether retrying may help: the agent is not listening (yet) or went away.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Connect { .. } | Self::Io(_) | Self::Closed | Self::Timeout(_)
+        )
+    }
+}
+
 impl From<CodecError> for ClientError {
     fn from(e: CodecError) -> Self {
         match e {
@@ -150,18 +160,22 @@ impl AgentClient {
         }
     }
 
-    /// Polls [`Self::hello`] until it answers or `timeout` passes.
+    /// Polls [`Self::hello`] until it answers or `timeout` passes. Only "not there yet"
+    /// errors are retried; a socket that is not a socket or an agent that speaks another
+    /// protocol fails at once.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<HelloInfo> {
         let start = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(2);
         loop {
             let err = match self.hello().await {
                 Ok(h) => return Ok(h),
-                Err(e) => e,
+                Err(e) if e.is_transient() => e,
+                Err(e) => return Err(e),
             };
             if start.elapsed() + pause > timeout {
+                let waited = start.elapsed();
                 return Err(ClientError::NotReady {
-                    waited: start.elapsed(),
+                    waited,
                     source: Box::new(err),
                 });
             }
