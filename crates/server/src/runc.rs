@@ -201,6 +201,26 @@ fn output(stream: OutputStream, pos: &mut u64, data: Vec<u8>) -> BackendResult<E
     })
 }
 
+/// The data chunks of `data` as an I/O stream. At the first error it hands the error to
+/// `abort` and never ends, so the agent is not told the file is complete.
+fn until_error(
+    data: Stream<Bytes>,
+    abort: tokio::sync::oneshot::Sender<BackendError>,
+) -> impl futures::Stream<Item = std::io::Result<Bytes>> {
+    futures::stream::unfold((data, Some(abort)), |(mut data, mut abort)| async move {
+        match data.recv().await {
+            Some(Ok(b)) => Some((Ok(b), (data, abort))),
+            Some(Err(e)) => {
+                if let Some(a) = abort.take() {
+                    let _ = a.send(e);
+                }
+                std::future::pending().await
+            }
+            None => None,
+        }
+    })
+}
+
 fn pump_attach(mut stream: agent::client::AttachStream) -> Stream<ExecEvent> {
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {
@@ -370,19 +390,18 @@ impl Backend for RuncBackend {
         data: Stream<Bytes>,
     ) -> BackendResult<u64> {
         let agent = self.agent(id)?;
-        let chunks = tokio_stream::wrappers::ReceiverStream::new(data);
-        let chunks = futures::StreamExt::map(chunks, |c| {
-            c.map_err(|e| std::io::Error::other(e.to_string()))
-        });
-        let mut reader = tokio_util::io::StreamReader::new(chunks);
+        let (abort_tx, abort_rx) = tokio::sync::oneshot::channel();
+        let mut reader = tokio_util::io::StreamReader::new(Box::pin(until_error(data, abort_tx)));
         let opts = WriteOptions {
             mode,
             create_parents: true,
         };
-        agent
-            .write_file(path, opts, &mut reader)
-            .await
-            .map_err(agent_err)
+        // On an aborted upload the agent connection is dropped before its end-of-file, so
+        // the agent discards the partial file.
+        tokio::select! {
+            r = agent.write_file(path, opts, &mut reader) => r.map_err(agent_err),
+            Ok(e) = abort_rx => Err(e),
+        }
     }
 
     async fn list_dir(&self, id: &str, path: &str) -> BackendResult<Vec<DirEntry>> {

@@ -90,7 +90,12 @@ pub async fn spawn(
     if req.stream {
         return Err(Error::InvalidArgument("stream does not apply to processes".into()).into());
     }
-    let info = m.spawn(&id, to_agent(req)?).await?;
+    let mut req = to_agent(req)?;
+    if req.stdin == proto::agent::StdinMode::Null {
+        // Background processes get a pipe, fed through the stdin routes.
+        req.stdin = proto::agent::StdinMode::Stream;
+    }
+    let info = m.spawn(&id, req).await?;
     Ok((StatusCode::CREATED, Json(view(info))))
 }
 

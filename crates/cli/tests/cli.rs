@@ -1,0 +1,400 @@
+//! The `sandfork` binary against a real daemon (`sandfork serve` as a child process on a
+//! private data directory): every verb, errors, kill -9 / restart and SIGTERM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandfork");
+
+/// A daemon child process; dropped → sandboxes removed, daemon stopped.
+struct Daemon {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("sandfork-cli-")
+            .tempdir()
+            .unwrap();
+        let mut d = Daemon { dir, child: None };
+        d.spawn();
+        d
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("d.sock")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("log"))
+            .unwrap();
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(self.data())
+            .arg("--socket")
+            .arg(self.socket())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let up = wait_for(30, || self.cli(&["ls"]).status.success());
+        assert!(up, "daemon did not come up: {}", self.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn kill9(&mut self) {
+        let mut c = self.child.take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    fn sigterm(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < end, "daemon ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env(
+                "SANDFORK_URL",
+                format!("unix://{}", self.socket().display()),
+            )
+            .env_remove("SANDFORK_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a verb that must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&self.ok(&a)).unwrap()
+    }
+
+    fn live_ids(&self) -> Vec<String> {
+        self.json(&["ls"])["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_none() {
+            self.spawn();
+        }
+        for id in self.live_ids() {
+            let _ = self.cli(&["rm", &id]);
+        }
+        let _ = self.sigterm();
+    }
+}
+
+fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    f()
+}
+
+/// What of sandbox `id` is still on the host.
+fn traces(data: &Path, id: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let runc = Command::new("runc")
+        .arg("--root")
+        .arg(data.join("runc"))
+        .args(["list", "-q"])
+        .output();
+    if runc.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == id)) {
+        found.push("runc container".to_string());
+    }
+    if Path::new("/run/netns").join(format!("sf-{id}")).exists() {
+        found.push("netns".into());
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    found.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(id))
+            .map(|l| format!("mount {l}")),
+    );
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if h.path().join("sandfork").join(id).exists() {
+            found.push(format!("cgroup in {}", h.path().display()));
+        }
+    }
+    if data.join("sandboxes").join(id).exists() {
+        found.push("sandbox directory".into());
+    }
+    found
+}
+
+#[test]
+fn verbs_work_end_to_end() {
+    let d = Daemon::start();
+    assert_eq!(
+        d.ok(&["run", "--", "echo", "hello", "world"]),
+        "hello world\n"
+    );
+    let out = d.cli(&[
+        "run",
+        "--memory-mb",
+        "64",
+        "--",
+        "sh",
+        "-c",
+        "echo bye >&2; exit 7",
+    ]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).as_ref()
+        ),
+        (Some(7), "bye\n")
+    );
+    assert!(d.live_ids().is_empty(), "run cleans up its sandbox");
+    let id = d
+        .ok(&[
+            "create",
+            "--name",
+            "cli-box",
+            "--env",
+            "GREETING=hi",
+            "--memory-mb",
+            "128",
+        ])
+        .trim()
+        .to_string();
+    assert!(id.starts_with("sb-"), "{id}");
+    let table = d.ok(&["ls"]);
+    assert!(
+        table.starts_with("ID") && table.contains(&id) && table.contains("cli-box"),
+        "{table}"
+    );
+    let sb = d.json(&["inspect", "cli-box"]);
+    assert_eq!(
+        (sb["id"].as_str(), sb["state"].as_str()),
+        (Some(id.as_str()), Some("running"))
+    );
+    assert_eq!(
+        d.ok(&["exec", "cli-box", "--", "sh", "-c", "echo $GREETING"]),
+        "hi\n"
+    );
+    let out = d.cli(&["exec", &id, "--", "sh", "-c", "exit 42"]);
+    assert_eq!(out.status.code(), Some(42));
+    let host = d.dir.path().join("up.txt");
+    std::fs::write(&host, "payload\n").unwrap();
+    d.ok(&[
+        "cp",
+        host.to_str().unwrap(),
+        &format!("{id}:/root/in/up.txt"),
+    ]);
+    assert_eq!(
+        d.ok(&["exec", &id, "--", "cat", "/root/in/up.txt"]),
+        "payload\n"
+    );
+    let back = d.dir.path().join("down.txt");
+    d.ok(&[
+        "cp",
+        &format!("{id}:/root/in/up.txt"),
+        back.to_str().unwrap(),
+    ]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "payload\n");
+    let result = d.json(&["exec", &id, "--", "echo", "j"]);
+    assert_eq!(
+        (result["stdout"].as_str(), result["exit_code"].as_i64()),
+        (Some("j\n"), Some(0))
+    );
+    assert_eq!(d.ok(&["rm", &id]).trim(), id);
+    assert!(
+        traces(&d.data(), &id).is_empty(),
+        "{:?}",
+        traces(&d.data(), &id)
+    );
+}
+
+#[test]
+fn errors_are_one_line_with_a_failing_exit_code() {
+    let d = Daemon::start();
+    for (args, want) in [
+        (vec!["inspect", "nope"], "error: Sandbox nope not found\n"),
+        (
+            vec!["exec", "nope", "--", "true"],
+            "error: Sandbox nope not found\n",
+        ),
+        (
+            vec!["create", "--image", "missing"],
+            "error: Image missing not found",
+        ),
+        (
+            vec!["create", "--env", "BAD"],
+            "error: invalid --env \"BAD\": use K=V\n",
+        ),
+        (
+            vec!["cp", "a", "b"],
+            "error: one side of cp must be ID:/path\n",
+        ),
+    ] {
+        let out = d.cli(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    let out = Command::new(BIN)
+        .args(["ls"])
+        .env("SANDFORK_URL", "unix:///nonexistent/x.sock")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
+}
+
+#[test]
+fn images_build_list_remove() {
+    let d = Daemon::start();
+    let out = d.ok(&["image", "build", "tiny", "--builder", "busybox"]);
+    assert!(out.starts_with("tiny ("), "{out}");
+    let list = d.json(&["image", "ls"]);
+    assert!(
+        list["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "tiny"),
+        "{list}"
+    );
+    assert_eq!(
+        d.ok(&["run", "--image", "tiny", "--", "echo", "ok"]),
+        "ok\n"
+    );
+    d.ok(&["image", "rm", "tiny"]);
+    let out = d.cli(&["image", "rm", "tiny"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn kill9_then_restart_readopts_or_cleans_up() {
+    let mut d = Daemon::start();
+    let kept = d.ok(&["create", "--name", "survivor"]).trim().to_string();
+    let lost = d.ok(&["create"]).trim().to_string();
+    d.ok(&["exec", &kept, "--", "sh", "-c", "echo before > /root/state"]);
+    d.kill9();
+    // While the daemon is down, one sandbox dies under it.
+    let runc_root = d.data().join("runc");
+    Command::new("runc")
+        .arg("--root")
+        .arg(&runc_root)
+        .args(["kill", &lost, "KILL"])
+        .status()
+        .unwrap();
+    assert!(wait_for(10, || {
+        let o = Command::new("runc")
+            .arg("--root")
+            .arg(&runc_root)
+            .args(["state", &lost])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("stopped") || !o.status.success()
+    }));
+    d.spawn();
+    let sb = d.json(&["inspect", "survivor"]);
+    assert_eq!(
+        (sb["id"].as_str(), sb["state"].as_str()),
+        (Some(kept.as_str()), Some("running"))
+    );
+    assert_eq!(
+        d.ok(&["exec", "survivor", "--", "cat", "/root/state"]),
+        "before\n"
+    );
+    let gone = d.json(&["inspect", &lost]);
+    assert_eq!(gone["state"], "failed", "{gone}");
+    assert!(
+        gone["error"].as_str().unwrap().contains("restart"),
+        "{gone}"
+    );
+    assert!(
+        traces(&d.data(), &lost).is_empty(),
+        "{:?}",
+        traces(&d.data(), &lost)
+    );
+    d.ok(&["rm", &kept]);
+    assert!(
+        traces(&d.data(), &kept).is_empty(),
+        "{:?}",
+        traces(&d.data(), &kept)
+    );
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_state_survives() {
+    let mut d = Daemon::start();
+    let id = d.ok(&["create"]).trim().to_string();
+    let pid = d.pid();
+    let status = d.sigterm();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "daemon {pid} exit: {status:?}\n{}",
+        d.log()
+    );
+    assert!(!d.socket().exists(), "socket removed on shutdown");
+    d.spawn();
+    assert_eq!(d.json(&["inspect", &id])["state"], "running");
+    assert_eq!(d.ok(&["exec", &id, "--", "echo", "again"]), "again\n");
+}
