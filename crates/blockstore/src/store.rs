@@ -302,6 +302,7 @@ impl Store {
     pub fn delete_disk(&self, name: &str) -> Result<()> {
         let _disk = fsutil::lock(&self.disk_lock_path(name), true, false)?
             .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
+        let _gc = self.gc_shared()?;
         let m = self.read_manifest(name)?;
         let path = self.manifest_path(name);
         fs::remove_file(&path).map_err(|e| Error::io(format!("remove {}", path.display()), e))?;
@@ -319,7 +320,10 @@ impl Store {
         let from = self.layer_dir(id);
         let to = self.dir("tmp").join(format!("gc-{id}"));
         let bytes = dir_bytes(&from);
-        fs::rename(&from, &to).map_err(|e| Error::io(format!("remove layer {id}"), e))?;
+        match fs::rename(&from, &to) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            r => r.map_err(|e| Error::io(format!("remove layer {id}"), e))?,
+        }
         fsutil::fsync_dir(&self.dir("layers"))?;
         fs::remove_dir_all(&to).map_err(|e| Error::io(format!("remove {}", to.display()), e))?;
         self.inner.cache.lock().remove(id);
