@@ -72,6 +72,23 @@ async fn sandbox_sees_only_itself() {
     assert!(out.contains("No such file"), "{out}");
     let (code, _, err) = sh(&agent, "mount -t tmpfs x /mnt").await;
     assert_ne!(code, Some(0), "{err}");
+    let (code, _, err) = sh(&agent, "unshare -n true").await;
+    assert_ne!(code, Some(0), "{err}");
+    // Capabilities: exactly the documented set; no new privileges; seccomp filtering.
+    let (_, status, _) = sh(
+        &agent,
+        "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status",
+    )
+    .await;
+    let fields: Vec<&str> = status
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        ["00000000200405fb", "00000000200405fb", "1", "2"],
+        "{status}"
+    );
     // The init's stdio are pipes, never host files (memory checkpoints need that).
     let pid = env.runtime.inspect(&id).await.unwrap().pid.unwrap();
     for fd in 0..3 {
