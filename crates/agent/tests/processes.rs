@@ -117,7 +117,13 @@ async fn stdin_signal_and_wait() {
         "{e:?}"
     );
 
-    let (id, _) = a.client.spawn(sh("sleep 30")).await.unwrap();
+    let (id, _) = a
+        .client
+        .spawn(sh_stdin("sleep 30", StdinMode::Stream))
+        .await
+        .unwrap();
+    let list = a.client.list_processes().await.unwrap();
+    assert!(list.iter().any(|p| p.id == id && p.stdin_open));
     let e = a
         .client
         .wait(id, Some(Duration::from_millis(100)))
@@ -144,6 +150,17 @@ async fn stdin_signal_and_wait() {
         a.client.signal(id, 15, true).await.is_err(),
         "signal after exit"
     );
+    // The agent lets go of the stdin of a process that ended.
+    let mut open = true;
+    for _ in 0..100 {
+        let list = a.client.list_processes().await.unwrap();
+        open = list.iter().any(|p| p.id == id && p.stdin_open);
+        if !open {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!open);
     assert!(
         a.client.signal(424242, 15, true).await.is_err(),
         "unknown id"

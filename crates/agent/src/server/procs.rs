@@ -146,6 +146,7 @@ impl ProcTable {
             let mut sink = RingSink(proc.clone());
             let _ = pump(child.stdout, child.stderr, child.exit, &mut sink).await;
             timer.inspect(|t| t.abort());
+            *proc.stdin.lock().await = None;
             proc.output().done = true;
             proc.changed.send_modify(|v| *v += 1);
         });
@@ -209,14 +210,19 @@ impl Proc {
 
     pub async fn wait(&self, timeout_ms: Option<u64>) -> Result<ExitInfo, AgentError> {
         let mut exit = self.group.exit();
-        let timeout = Duration::from_millis(timeout_ms.unwrap_or(u64::MAX / 4));
-        match tokio::time::timeout(timeout, super::pump::exited(&mut exit)).await {
-            Ok(_) => self.exit_info().ok_or_else(|| invalid("exit status lost")),
-            Err(_) => Err(AgentError::new(
-                ErrorKind::TimedOut,
-                format!("process {} is still running", self.id),
-            )),
+        let exited = super::pump::exited(&mut exit);
+        if let Some(ms) = timeout_ms {
+            if tokio::time::timeout(Duration::from_millis(ms), exited)
+                .await
+                .is_err()
+            {
+                let msg = format!("process {} is still running", self.id);
+                return Err(AgentError::new(ErrorKind::TimedOut, msg));
+            }
+        } else {
+            exited.await;
         }
+        self.exit_info().ok_or_else(|| invalid("exit status lost"))
     }
 
     /// The frames that bring an attached client from `offsets` up to date (bounded per
