@@ -320,3 +320,35 @@ async fn exec_round_trip_latency() {
     eprintln!("exec `true` round trip: p50 {p50:?}, max {p99:?}");
     assert!(p50 < Duration::from_millis(100), "p50 {p50:?}");
 }
+
+#[tokio::test]
+async fn exit_is_not_held_back_by_descendants() {
+    let a = TestAgent::start().await;
+    // A background writer that keeps the pipes open and never stops.
+    let req = ExecRequest {
+        timeout_ms: Some(20_000),
+        ..sh("(while :; do echo bg; sleep 0.01; done) & echo main")
+    };
+    let start = Instant::now();
+    let out = a.client.exec_collect(req, MAX).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.code(), Some(0));
+    assert!(out.stdout.starts_with(b"main\n") || out.stdout.windows(5).any(|w| w == b"main\n"));
+    // One that goes quiet is waited for only briefly.
+    let start = Instant::now();
+    let out = a
+        .client
+        .exec_collect(sh("sleep 5 & echo quick"), MAX)
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(out.stdout, b"quick\n");
+}

@@ -191,9 +191,21 @@ async fn background_timeout_and_waiters() {
 async fn sigterm_stops_children_and_the_agent_exits_cleanly() {
     let mut a = TestAgent::start().await;
     let (_, pid) = a.client.spawn(sh("sleep 60")).await.unwrap();
+    // An orphan: its parent exits at once, so it is adopted by the agent.
+    let pidfile = a.scratch().join("orphan.pid");
+    let script = format!("(sleep 60 & echo $! > {}) ; true", pidfile.display());
+    let out = a.client.exec_collect(sh(&script), 100).await.unwrap();
+    assert_eq!(out.code(), Some(0));
+    let orphan: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let status = a.stop();
     assert!(status.success(), "{status:?}");
-    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
-    assert!(!alive, "child {pid} outlived the agent");
+    for p in [pid as i32, orphan] {
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok();
+        assert!(!alive, "process {p} outlived the agent");
+    }
     assert!(!a.sock_dir().join("agent.sock").exists());
 }

@@ -201,28 +201,58 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// Forwards `sig` to every child's process group (to everything, as PID 1), waits a grace
-/// period for them to exit, then kills what is left.
+/// Pids whose parent is the agent: its own children and the orphans it adopted.
+fn children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parent_of = |stat: &str| -> Option<String> {
+        Some(
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .to_string(),
+        )
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            (parent_of(&stat)? == me).then_some(pid)
+        })
+        .collect()
+}
+
+/// Sends `sig` to every child and its process group (as PID 1: to every process).
+fn signal_all(agent: &Agent, sig: Signal) {
+    if std::process::id() == 1 {
+        let _ = kill(Pid::from_raw(-1), sig);
+    }
+    for pid in agent.reaper.live_pids().into_iter().chain(children()) {
+        let _ = killpg(Pid::from_raw(pid), sig);
+        let _ = kill(Pid::from_raw(pid), sig);
+    }
+}
+
+/// Forwards `sig` to every child, waits a grace period for them all (adopted orphans
+/// included) to exit, then kills what is left.
 async fn shutdown(agent: &Agent, sig: Signal, sigchld: &mut tokio::signal::unix::Signal) {
     tracing::info!("{sig} received, stopping children");
-    let pid1 = std::process::id() == 1;
-    let signal_all = |s: Signal| {
-        if pid1 {
-            let _ = kill(Pid::from_raw(-1), s);
-        }
-        for pid in agent.reaper.live_pids() {
-            let _ = killpg(Pid::from_raw(pid), s);
-        }
-    };
-    signal_all(sig);
+    signal_all(agent, sig);
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    agent.reaper.reap();
-    while !agent.reaper.live_pids().is_empty() {
+    loop {
+        agent.reaper.reap();
+        if children().is_empty() {
+            return;
+        }
         tokio::select! {
-            _ = sigchld.recv() => agent.reaper.reap(),
+            _ = sigchld.recv() => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             _ = tokio::time::sleep_until(deadline) => break,
         }
     }
-    signal_all(Signal::SIGKILL);
+    signal_all(agent, Signal::SIGKILL);
     agent.reaper.reap();
 }

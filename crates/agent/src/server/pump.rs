@@ -13,8 +13,10 @@ use tokio::time::Instant;
 use super::reaper::ExitReceiver;
 
 /// After the child exits, output that descendants still holding the pipes write is kept
-/// until they close them or stay silent this long.
+/// until they close them or stay silent this long...
 const DRAIN_IDLE: Duration = Duration::from_millis(250);
+/// ...but no longer than this after the exit (a daemon left writing would hold it forever).
+const DRAIN_MAX: Duration = Duration::from_secs(2);
 
 /// Where output goes; an error means nobody is listening any more.
 pub trait OutputSink {
@@ -49,7 +51,7 @@ pub async fn pump<S: OutputSink>(
     let (mut out, mut err) = (Some(stdout), Some(stderr));
     let (mut out_buf, mut err_buf) = (vec![0u8; CHUNK_SIZE], vec![0u8; CHUNK_SIZE]);
     let mut status: Option<ExitStatus> = None;
-    let mut deadline = Instant::now();
+    let (mut deadline, mut drain_end) = (Instant::now(), Instant::now());
     loop {
         if let (Some(s), None, None) = (status, &out, &err) {
             return Ok(s);
@@ -63,11 +65,14 @@ pub async fn pump<S: OutputSink>(
                 0 => err = None,
                 n => sink.output(OutputStream::Stderr, &err_buf[..n]).await?,
             },
-            s = exited(&mut exit), if status.is_none() => status = Some(s),
+            s = exited(&mut exit), if status.is_none() => {
+                status = Some(s);
+                drain_end = Instant::now() + DRAIN_MAX;
+            }
             _ = tokio::time::sleep_until(deadline), if status.is_some() => {
                 return Ok(status.unwrap_or(ExitStatus::Code(-1)));
             }
         }
-        deadline = Instant::now() + DRAIN_IDLE;
+        deadline = drain_end.min(Instant::now() + DRAIN_IDLE);
     }
 }
