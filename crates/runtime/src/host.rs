@@ -41,6 +41,11 @@ pub struct Usage {
 
 /// Host side effects used by the container runtime.
 pub trait Host: Send + Sync {
+    /// Mounts a small tmpfs, owned by the host, at the sandbox's run directory (bound at
+    /// /run/sandfork inside): the sandbox can write there, so it must not be host disk.
+    fn mount_run_dir(&self, paths: &SandboxPaths) -> Result<()>;
+    /// Unmounts the run directory; succeeds if nothing is mounted.
+    fn unmount_run_dir(&self, paths: &SandboxPaths) -> Result<()>;
     /// Forks block-store disk `disk` from `base` (a sealed layer), `size_mb` large (0 = the
     /// base's size).
     fn create_disk(&self, disk: &str, base: &str, size_mb: u64) -> Result<()>;

@@ -19,6 +19,7 @@ use crate::spec::{NetworkMode, SandboxSpec};
 /// One host-side step of creating a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    RunDir,
     Disk,
     Mount,
     Netns,
@@ -29,7 +30,8 @@ pub enum Step {
 }
 
 /// All steps, in creation order.
-pub const STEPS: [Step; 7] = [
+pub const STEPS: [Step; 8] = [
+    Step::RunDir,
     Step::Disk,
     Step::Mount,
     Step::Netns,
@@ -91,6 +93,8 @@ fn build(
     let names = record.names.clone();
     let spec = record.spec.clone();
     let t = std::time::Instant::now();
+    done.push(Step::RunDir);
+    host.mount_run_dir(paths)?;
     done.push(Step::Disk);
     host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk created");
@@ -249,6 +253,7 @@ fn undo_step(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, step: Step) -
         (Step::Netns, _) => host.netns_delete(&names.netns),
         (Step::Mount, _) => host.unmount_disk(&names.disk, paths),
         (Step::Disk, _) => host.delete_disk(&names.disk),
+        (Step::RunDir, _) => host.unmount_run_dir(paths),
         (Step::Nft | Step::Veth | Step::Lease, None) => Ok(()),
     }
 }

@@ -72,6 +72,11 @@ async fn sandbox_sees_only_itself() {
     assert!(out.contains("No such file"), "{out}");
     let (code, _, err) = sh(&agent, "mount -t tmpfs x /mnt").await;
     assert_ne!(code, Some(0), "{err}");
+    // The host-owned run directory is a small tmpfs: it cannot fill the host's disk.
+    let (code, _, err) = sh(&agent, "head -c 64m /dev/zero > /run/sandfork/fill").await;
+    assert_ne!(code, Some(0), "{err}");
+    let (_, size, _) = sh(&agent, "wc -c < /run/sandfork/fill; rm /run/sandfork/fill").await;
+    assert!(size.trim().parse::<u64>().unwrap() <= 4 << 20, "{size}");
     let (code, _, err) = sh(&agent, "unshare -n true").await;
     assert_ne!(code, Some(0), "{err}");
     // Capabilities: exactly the documented set; no new privileges; seccomp filtering.

@@ -58,6 +58,12 @@ impl FakeHost {
 }
 
 impl Host for FakeHost {
+    fn mount_run_dir(&self, _paths: &SandboxPaths) -> Result<()> {
+        self.call("mount_run_dir", "")
+    }
+    fn unmount_run_dir(&self, _paths: &SandboxPaths) -> Result<()> {
+        self.call("unmount_run_dir", "")
+    }
     fn create_disk(&self, disk: &str, base: &str, _size_mb: u64) -> Result<()> {
         self.call("create_disk", &format!("{disk} {base}"))
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use serde::Deserialize;
 
 use self::cmd::{run, run_stdin, run_tolerant};
@@ -76,7 +77,29 @@ fn status_of(s: &str) -> ContainerStatus {
     }
 }
 
+/// Size and inode limits of a sandbox's run directory (agent socket, fork identity).
+const RUN_DIR_OPTIONS: &str = "size=4m,nr_inodes=1024,mode=0755";
+
 impl Host for RealHost {
+    fn mount_run_dir(&self, paths: &SandboxPaths) -> Result<()> {
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        mount(
+            Some("sandfork-run"),
+            &paths.run(),
+            Some("tmpfs"),
+            flags,
+            Some(RUN_DIR_OPTIONS),
+        )
+        .map_err(|e| Error::io(paths.run(), e.into()))
+    }
+
+    fn unmount_run_dir(&self, paths: &SandboxPaths) -> Result<()> {
+        match umount2(&paths.run(), MntFlags::MNT_DETACH) {
+            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => Ok(()),
+            Err(e) => Err(Error::io(paths.run(), e.into())),
+        }
+    }
+
     fn create_disk(&self, disk: &str, base: &str, size_mb: u64) -> Result<()> {
         self.disks.create(disk, base, size_mb)
     }

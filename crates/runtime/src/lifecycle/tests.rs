@@ -58,6 +58,7 @@ fn internet() -> NetworkMode {
 }
 
 const CREATE_NONE: &[&str] = &[
+    "mount_run_dir",
     "create_disk",
     "mount_disk",
     "netns_add",
@@ -66,6 +67,7 @@ const CREATE_NONE: &[&str] = &[
     "wait_agent",
 ];
 const CREATE_INTERNET: &[&str] = &[
+    "mount_run_dir",
     "create_disk",
     "mount_disk",
     "netns_add",
@@ -86,6 +88,7 @@ const UNDO_ALL: &[&str] = &[
     "netns_delete",
     "unmount_disk",
     "delete_disk",
+    "unmount_run_dir",
 ];
 
 #[test]
@@ -110,6 +113,7 @@ fn create_runs_steps_in_order() {
 fn expected_undo(failed: &str, network: bool) -> Vec<&'static str> {
     let attempted_rank = |op: &str| -> usize {
         let order = [
+            "mount_run_dir",
             "create_disk",
             "mount_disk",
             "netns_add",
@@ -139,7 +143,10 @@ fn expected_undo(failed: &str, network: bool) -> Vec<&'static str> {
     if f >= attempted_rank("mount_disk") {
         undo.push("unmount_disk");
     }
-    undo.push("delete_disk");
+    if f >= attempted_rank("create_disk") {
+        undo.push("delete_disk");
+    }
+    undo.push("unmount_run_dir");
     undo
 }
 
