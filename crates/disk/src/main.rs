@@ -64,9 +64,9 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
         store: None,
         file: None,
         dir: PathBuf::new(),
-        threads: 6,
+        threads: 8,
         ready_fd: None,
-        open_flags: 0,
+        open_flags: disk::fuse::DEFAULT_OPEN_FLAGS,
         compact_depth: blockstore::MAX_DEPTH / 2,
     };
     let (mut store, mut name, mut detach) = (None, None, false);

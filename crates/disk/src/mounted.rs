@@ -42,10 +42,10 @@ pub struct MountOptions {
 impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
-            threads: 6,
+            threads: 8,
             start_timeout: Duration::from_secs(30),
             grow_fs: true,
-            open_flags: 0,
+            open_flags: crate::fuse::DEFAULT_OPEN_FLAGS,
         }
     }
 }
@@ -269,8 +269,13 @@ pub(crate) fn stop_server(run_dir: &Path, pid: i32) {
     let sock = layout::control_socket(run_dir);
     let asked = control::call(&sock, &Request::Shutdown, Duration::from_secs(5)).is_ok();
     if !asked || !wait_exit(pid, Duration::from_secs(5)) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        wait_exit(pid, Duration::from_secs(5));
+        // Only a process that still is this disk's server (pids get reused).
+        if mounts::server_dir_of(pid)
+            .is_some_and(|d| mounts::canonical(&d) == mounts::canonical(run_dir))
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            wait_exit(pid, Duration::from_secs(5));
+        }
     }
     mounts::abort_and_detach_fuse(&layout::fuse_dir(run_dir));
 }

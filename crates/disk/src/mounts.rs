@@ -118,7 +118,8 @@ pub fn disk_servers() -> Vec<(i32, PathBuf)> {
         .collect()
 }
 
-fn server_dir_of(pid: i32) -> Option<PathBuf> {
+/// The run directory of disk server `pid`, or `None` when `pid` is no disk server.
+pub fn server_dir_of(pid: i32) -> Option<PathBuf> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
     let exe = Path::new(std::str::from_utf8(args.first()?).ok()?);

@@ -219,8 +219,17 @@ fn accept_loop(listener: UnixListener, server: Arc<Server>) {
     for stream in listener.incoming() {
         match stream {
             Ok(s) => {
-                if let Err(e) = handle_client(s, &server) {
-                    eprintln!("disk server: control client: {e}");
+                let server = server.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("control-client".into())
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        if let Err(e) = handle_client(s, &server) {
+                            eprintln!("disk server: control client: {e}");
+                        }
+                    });
+                if let Err(e) = spawned {
+                    eprintln!("disk server: no thread for a control client: {e}");
                 }
             }
             Err(e) => eprintln!("disk server: accept: {e}"),

@@ -22,8 +22,6 @@ pub mod op {
     pub const STATFS: u32 = 17;
     pub const RELEASE: u32 = 18;
     pub const FSYNC: u32 = 20;
-    pub const GETXATTR: u32 = 22;
-    pub const LISTXATTR: u32 = 23;
     pub const FLUSH: u32 = 25;
     pub const INIT: u32 = 26;
     pub const OPENDIR: u32 = 27;

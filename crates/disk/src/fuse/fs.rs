@@ -13,8 +13,13 @@ use super::abi::{self, op, Attr, Fields, InHeader, Out};
 pub const FILE_ID: u64 = 2;
 /// Name of the exported file inside the mount.
 pub const FILE_NAME: &str = "disk";
-/// Largest READ or WRITE the kernel sends (`max_write`, `max_read`): 1 MiB.
+/// Largest READ or WRITE the kernel sends (`max_write`, `max_read`): 1 MiB. 256 KiB
+/// measured ~25% slower on sequential writes.
 pub const MAX_IO: usize = 1 << 20;
+/// Open flags of the exported file: direct I/O (no page cache between the loop device
+/// and the server) with parallel direct writes (no inode lock per write).
+pub const DEFAULT_OPEN_FLAGS: u32 =
+    abi::open_flag::DIRECT_IO | abi::open_flag::PARALLEL_DIRECT_WRITES;
 
 const S_IFREG: u32 = 0o100000;
 const S_IFDIR: u32 = 0o040000;
@@ -38,7 +43,7 @@ impl Default for FsOptions {
     fn default() -> Self {
         FsOptions {
             max_background: 128,
-            open_flags: 0,
+            open_flags: DEFAULT_OPEN_FLAGS,
         }
     }
 }
@@ -143,7 +148,7 @@ impl DiskFs {
             op::STATFS => self.statfs(),
             op::FLUSH | op::RELEASE | op::RELEASEDIR | op::FSYNCDIR | op::ACCESS => ok(),
             op::DESTROY => ok(),
-            op::GETXATTR | op::LISTXATTR => Reply::Error(libc::ENOSYS),
+            // GETXATTR and LISTXATTR too: ENOSYS stops the kernel from asking again.
             _ => Reply::Error(libc::ENOSYS),
         }
     }
@@ -324,7 +329,6 @@ fn errno_of(e: &blockstore::Error) -> i32 {
     match e {
         blockstore::Error::OutOfRange { .. } => libc::EINVAL,
         blockstore::Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-        #[allow(unreachable_patterns)]
         _ => libc::EIO,
     }
 }

@@ -5,7 +5,7 @@ mod fs;
 mod session;
 
 pub use abi::open_flag;
-pub use fs::{DiskFs, FsOptions, IoCounters, IoStats, FILE_NAME, MAX_IO};
+pub use fs::{DiskFs, FsOptions, IoCounters, IoStats, DEFAULT_OPEN_FLAGS, FILE_NAME, MAX_IO};
 pub use session::{abort_connection, Session, Workers};
 
 use std::path::Path;
