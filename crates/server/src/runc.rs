@@ -52,6 +52,11 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
+/// Whether a runtime error is a lock briefly held elsewhere.
+fn is_transient(e: &runtime::Error) -> bool {
+    error_chain(e).contains("is open in another process")
+}
+
 /// Maps an agent client error to a backend error.
 pub fn agent_err(e: ClientError) -> BackendError {
     match e {
@@ -268,11 +273,20 @@ impl Backend for RuncBackend {
     }
 
     async fn create(&self, spec: &BootSpec) -> BackendResult<Booted> {
-        let h = self
-            .runtime
-            .create(self.spec(spec))
-            .await
-            .map_err(host_err)?;
+        let mut attempt = 0;
+        let h = loop {
+            match self.runtime.create(self.spec(spec)).await {
+                Ok(h) => break h,
+                // A disk lock can be briefly held by a process forked by another create
+                // (until it execs); a failed create leaves nothing, so try again.
+                Err(e) if attempt < 4 && is_transient(&e) => {
+                    tracing::debug!(sandbox = %spec.id, error = %e, "create retry");
+                }
+                Err(e) => return Err(host_err(e)),
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+        };
         self.remember(&h);
         Ok(booted(&h))
     }
