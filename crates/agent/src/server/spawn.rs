@@ -8,7 +8,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use nix::unistd::{Gid, Uid};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::{Gid, Pid, Uid};
 use proto::agent::{AgentError, ErrorKind, ExecRequest, StdinMode};
 use tokio::net::unix::pipe;
 
@@ -45,17 +46,7 @@ pub fn spawn(
         .map_err(|e| io_error(&req.command, &e))?;
     // Pids fit in i32 (pid_max <= 2^22).
     let pid = child.id() as i32;
-    let wrap = |fd: Option<OwnedFd>| fd.ok_or_else(|| std::io::Error::other("missing pipe"));
-    let pipes = (|| -> std::io::Result<_> {
-        let stdin = child.stdin.take().filter(|_| req.stdin != StdinMode::Null);
-        let stdin = stdin
-            .map(|s| pipe::Sender::from_owned_fd(s.into()))
-            .transpose()?;
-        let stdout = pipe::Receiver::from_owned_fd(wrap(child.stdout.take().map(Into::into))?)?;
-        let stderr = pipe::Receiver::from_owned_fd(wrap(child.stderr.take().map(Into::into))?)?;
-        Ok((stdin, stdout, stderr))
-    })();
-    match pipes {
+    match async_pipes(&mut child, req.stdin != StdinMode::Null) {
         Ok((stdin, stdout, stderr)) => Ok(Child {
             pid,
             exit,
@@ -64,13 +55,29 @@ pub fn spawn(
             stderr,
         }),
         Err(e) => {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::SIGKILL,
-            );
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             Err(io_error("stdio pipes", &e))
         }
     }
+}
+
+type Pipes = (Option<pipe::Sender>, pipe::Receiver, pipe::Receiver);
+
+/// The agent's ends of the child's stdio pipes, made non-blocking for the event loop.
+/// Without `keep_stdin` the stdin pipe is closed, so the child reads end of file.
+fn async_pipes(child: &mut std::process::Child, keep_stdin: bool) -> std::io::Result<Pipes> {
+    let missing = || std::io::Error::other("missing pipe");
+    let stdin = child.stdin.take().filter(|_| keep_stdin);
+    let stdin = stdin
+        .map(|s| pipe::Sender::from_owned_fd(s.into()))
+        .transpose()?;
+    let stdout: OwnedFd = child.stdout.take().ok_or_else(missing)?.into();
+    let stderr: OwnedFd = child.stderr.take().ok_or_else(missing)?.into();
+    Ok((
+        stdin,
+        pipe::Receiver::from_owned_fd(stdout)?,
+        pipe::Receiver::from_owned_fd(stderr)?,
+    ))
 }
 
 fn plan(req: &ExecRequest, base_env: &[(String, String)], etc: &Path) -> Result<Plan, AgentError> {
