@@ -8,7 +8,8 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::mpsc;
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
@@ -147,7 +148,6 @@ impl Store {
             return Err(Error::corrupt(id, "metadata file changed on disk"));
         }
         w.put(&bytes)?;
-        let mut blocks = 0;
         if let Out::File(f) = w.out {
             if copy_layer(&layer, f)? {
                 let n = layer.data_runs().map(|(_, count)| count).sum::<u64>();
@@ -155,14 +155,7 @@ impl Store {
                 return Ok(n);
             }
         }
-        let mut buf = AlignedBuf::new((MAX_RUN * BLOCK_SIZE) as usize);
-        for (first, count) in layer.data_runs() {
-            let part = &mut buf[..count as usize * BS];
-            layer.read_blocks(first, part)?;
-            w.put_data(part)?;
-            blocks += count;
-        }
-        Ok(blocks)
+        stream_layer(&layer, w)
     }
 
     /// Reads an artifact, verifies every block hash, layer checksum and the trailer, and
@@ -174,85 +167,185 @@ impl Store {
     }
 
     pub(crate) fn import_locked(&self, input: &mut dyn Read) -> Result<LayerId> {
-        let staging = Staging::new(self)?;
-        let mut r = HashingReader::new(input);
-        let count = read_header(&mut r)?;
-        let mut staged: Vec<(LayerId, bool)> = Vec::new();
-        for i in 0..count {
-            let prev = staged.last().map(|(id, _)| id);
-            let (id, fresh) = self.import_layer(&mut r, &staging.dir, prev, i == 0)?;
-            if staged.iter().any(|(s, _)| s == &id) {
-                return Err(Error::artifact(format!("layer {id} appears twice")));
-            }
-            staged.push((id, fresh));
+        let mut importer = Importer {
+            store: self,
+            staging: Staging::new(self)?,
+            fresh: Vec::new(),
+        };
+        let layers = walk(input, &mut importer)?;
+        for id in &importer.fresh {
+            let dir = importer.staging.dir.join(id.as_str());
+            crate::compact::publish(self, &dir, id)?;
         }
-        read_trailer(&mut r)?;
-        for (id, fresh) in &staged {
-            if *fresh {
-                crate::compact::publish(self, &staging.dir.join(id.as_str()), id)?;
-            }
-        }
-        staged
-            .pop()
-            .map(|(id, _)| id)
+        layers
+            .last()
+            .map(|l| l.id.clone())
             .ok_or_else(|| Error::artifact("no layers"))
     }
+}
 
-    /// Stages one layer; returns its id and whether it was new to this store.
-    fn import_layer(
-        &self,
-        r: &mut HashingReader<&mut dyn Read>,
-        staging: &Path,
-        prev: Option<&LayerId>,
-        bottom: bool,
-    ) -> Result<(LayerId, bool)> {
-        let mut tee = Tee {
-            inner: &mut *r,
-            seen: Vec::new(),
-        };
-        let m = meta::decode(&mut tee).map_err(|e| match e {
-            meta::MetaError::Io(e) => artifact_io(e),
-            e => Error::artifact(format!("layer metadata: {}", e.reason())),
-        })?;
-        let raw = tee.seen;
-        let id = m.header.id.clone();
-        self.check_links(&m, prev, bottom)?;
-        let exists = self.layer_dir(&id).join(layer::META_FILE).exists();
-        let dir = staging.join(id.as_str());
-        if exists {
-            read_blocks(&mut r.inner, &m, None)?;
-        } else {
-            fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
-            let data = fsutil::open_data(&dir.join(layer::DATA_FILE), true, true, false)?;
-            read_blocks(&mut r.inner, &m, Some(&data))?;
-            data.sync_all()
-                .map_err(|e| Error::io("sync imported data", e))?;
-            fsutil::atomic_write(&dir, layer::META_FILE, &raw)?;
-        }
-        Ok((id, !exists))
+/// One layer of an artifact, as `verify_artifact` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactLayer {
+    pub id: LayerId,
+    pub parent: Option<LayerId>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Data blocks the artifact carries for this layer.
+    pub data_blocks: u64,
+}
+
+/// Reads a whole artifact and checks everything that does not need a store: structure,
+/// chain links, every block hash, every layer checksum and the trailer. Returns the
+/// layers bottom to top.
+pub fn verify_artifact(input: &mut dyn Read) -> Result<Vec<ArtifactLayer>> {
+    walk(input, &mut NoSink)
+}
+
+/// Decides, layer by layer, where an artifact's blocks go.
+trait Sink {
+    /// Called with each layer's metadata before its blocks; returns the file to write
+    /// them to, or None to only check them.
+    fn begin(&mut self, m: &Meta, bottom: bool) -> Result<Option<File>>;
+    /// Called once the layer's blocks were read and checked.
+    fn end(&mut self, m: &Meta, raw: &[u8], data: Option<File>) -> Result<()>;
+}
+
+struct NoSink;
+
+impl Sink for NoSink {
+    fn begin(&mut self, _: &Meta, _: bool) -> Result<Option<File>> {
+        Ok(None)
     }
 
-    fn check_links(&self, m: &Meta, prev: Option<&LayerId>, bottom: bool) -> Result<()> {
+    fn end(&mut self, _: &Meta, _: &[u8], _: Option<File>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Stages new layers under tmp/ for `Store::import`.
+struct Importer<'a> {
+    store: &'a Store,
+    staging: Staging,
+    fresh: Vec<LayerId>,
+}
+
+impl Sink for Importer<'_> {
+    fn begin(&mut self, m: &Meta, bottom: bool) -> Result<Option<File>> {
         let h = &m.header;
-        if !h.sealed || !m.has_hashes {
-            return Err(Error::artifact(format!("layer {} is not sealed", h.id)));
-        }
-        if !bottom {
-            if h.parent.as_ref() != prev {
-                return Err(Error::artifact(format!("layer {} breaks the chain", h.id)));
-            }
-            return Ok(());
-        }
-        match &h.parent {
-            Some(p) if Layer::read_header(&self.layer_dir(p), p).is_err() => {
-                Err(Error::MissingParent {
+        if let Some(p) = h.parent.as_ref().filter(|_| bottom) {
+            if Layer::read_header(&self.store.layer_dir(p), p).is_err() {
+                return Err(Error::MissingParent {
                     layer: h.id.to_string(),
                     parent: p.to_string(),
-                })
+                });
             }
-            _ => Ok(()),
         }
+        if self.store.layer_dir(&h.id).join(layer::META_FILE).exists() {
+            return Ok(None);
+        }
+        let dir = self.staging.dir.join(h.id.as_str());
+        fs::create_dir(&dir).map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+        fsutil::open_data(&dir.join(layer::DATA_FILE), true, true, false).map(Some)
     }
+
+    fn end(&mut self, m: &Meta, raw: &[u8], data: Option<File>) -> Result<()> {
+        let Some(data) = data else {
+            return Ok(());
+        };
+        data.sync_all()
+            .map_err(|e| Error::io("sync imported data", e))?;
+        let dir = self.staging.dir.join(m.header.id.as_str());
+        fsutil::atomic_write(&dir, layer::META_FILE, raw)?;
+        self.fresh.push(m.header.id.clone());
+        Ok(())
+    }
+}
+
+/// Reads an artifact from start to trailer, checking each layer and handing it to `sink`.
+fn walk(input: &mut dyn Read, sink: &mut dyn Sink) -> Result<Vec<ArtifactLayer>> {
+    let mut r = HashingReader::new(input);
+    let count = read_header(&mut r)?;
+    let mut layers: Vec<ArtifactLayer> = Vec::new();
+    for _ in 0..count {
+        let (m, raw) = read_meta(&mut r)?;
+        check_links(&m, &layers)?;
+        let out = sink.begin(&m, layers.is_empty())?;
+        let data_blocks = read_blocks(&mut r.inner, &m, out.as_ref())?;
+        sink.end(&m, &raw, out)?;
+        layers.push(ArtifactLayer {
+            id: m.header.id.clone(),
+            parent: m.header.parent.clone(),
+            size: m.header.size_blocks * BLOCK_SIZE,
+            data_blocks,
+        });
+    }
+    read_trailer(&mut r)?;
+    Ok(layers)
+}
+
+/// Decodes one metadata record, keeping its raw bytes.
+fn read_meta(r: &mut HashingReader<&mut dyn Read>) -> Result<(Meta, Vec<u8>)> {
+    let mut tee = Tee {
+        inner: r,
+        seen: Vec::new(),
+    };
+    let m = meta::decode(&mut tee).map_err(|e| match e {
+        meta::MetaError::Io(e) => artifact_io(e),
+        e => Error::artifact(format!("layer metadata: {}", e.reason())),
+    })?;
+    Ok((m, tee.seen))
+}
+
+/// Each layer is sealed, appears once, and sits on the previous one.
+fn check_links(m: &Meta, below: &[ArtifactLayer]) -> Result<()> {
+    let h = &m.header;
+    if !h.sealed || !m.has_hashes {
+        return Err(Error::artifact(format!("layer {} is not sealed", h.id)));
+    }
+    if below.iter().any(|l| l.id == h.id) {
+        return Err(Error::artifact(format!("layer {} appears twice", h.id)));
+    }
+    match below.last() {
+        Some(prev) if h.parent.as_ref() != Some(&prev.id) => {
+            Err(Error::artifact(format!("layer {} breaks the chain", h.id)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes every data block of `layer` to `w`; a second thread reads (and checks) the
+/// next runs while this one writes.
+fn stream_layer(layer: &Layer, w: &mut HashingWriter<'_>) -> Result<u64> {
+    let runs: Vec<(u64, u64)> = layer.data_runs().collect();
+    let (full_tx, full_rx) = mpsc::sync_channel::<Result<(AlignedBuf, usize)>>(2);
+    let (free_tx, free_rx) = mpsc::channel::<AlignedBuf>();
+    for _ in 0..3 {
+        let _ = free_tx.send(AlignedBuf::new((MAX_RUN * BLOCK_SIZE) as usize));
+    }
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for (first, count) in runs {
+                let Ok(mut buf) = free_rx.recv() else { return };
+                let n = count as usize * BS;
+                let res = layer.read_blocks(first, &mut buf[..n]).map(|()| (buf, n));
+                let failed = res.is_err();
+                if full_tx.send(res).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        // Dropping both channel ends on return (early or not) ends the reader.
+        let (full_rx, free_tx) = (full_rx, free_tx);
+        let mut blocks = 0;
+        for item in full_rx {
+            let (buf, n) = item?;
+            w.put_data(&buf[..n])?;
+            blocks += (n / BS) as u64;
+            let _ = free_tx.send(buf);
+        }
+        Ok(blocks)
+    })
 }
 
 /// Copies every data block of `layer` to `out` in-kernel, merging adjacent runs.
@@ -343,11 +436,13 @@ fn read_trailer(r: &mut HashingReader<&mut dyn Read>) -> Result<()> {
 }
 
 /// Reads a layer's data blocks, checks each against its hash and writes it to `out`.
-fn read_blocks(r: &mut impl Read, m: &Meta, out: Option<&fs::File>) -> Result<()> {
+fn read_blocks(r: &mut impl Read, m: &Meta, out: Option<&fs::File>) -> Result<u64> {
     use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; (MAX_RUN * BLOCK_SIZE) as usize];
     let held = m.dirty.iter_ones().filter(|&b| !m.zero.get(b));
+    let mut total = 0;
     for (first, count) in runs(held) {
+        total += count;
         let part = &mut buf[..count as usize * BS];
         r.read_exact(part).map_err(artifact_io)?;
         for (i, block) in part.chunks_exact(BS).enumerate() {
@@ -364,7 +459,7 @@ fn read_blocks(r: &mut impl Read, m: &Meta, out: Option<&fs::File>) -> Result<()
                 .map_err(|e| Error::io("write imported data", e))?;
         }
     }
-    Ok(())
+    Ok(total)
 }
 
 /// A reader that records what it yields (the raw metadata bytes).

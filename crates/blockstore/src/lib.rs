@@ -16,7 +16,7 @@ mod layer;
 mod meta;
 mod store;
 
-pub use artifact::{ExportStats, MAX_LAYERS};
+pub use artifact::{verify_artifact, ArtifactLayer, ExportStats, MAX_LAYERS};
 pub use device::{check_range, BlockDevice, FileDevice};
 pub use disk::{Disk, MAX_DEPTH};
 pub use error::{Error, Result};

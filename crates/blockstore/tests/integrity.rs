@@ -121,6 +121,12 @@ fn corrupted_artifacts_leave_nothing_visible() {
         );
         assert_eq!(layer_count(&other), 0);
     }
+    let layers = blockstore::verify_artifact(&mut &art[..]).unwrap();
+    assert_eq!(
+        layers.iter().map(|l| l.id.clone()).collect::<Vec<_>>(),
+        store.chain_of(&l2).unwrap()
+    );
+    assert_eq!(layers.iter().map(|l| l.data_blocks).sum::<u64>(), 4);
     assert_eq!(other.import(&mut &art[..]).unwrap(), l2);
     assert_eq!(layer_count(&other), 2);
 }
@@ -150,6 +156,7 @@ fn garbage_artifacts_are_refused_without_panic() {
             bad[pos..end].copy_from_slice(&word[..end - pos]);
         }
         assert!(other.import(&mut &bad[..]).is_err());
+        assert!(blockstore::verify_artifact(&mut &bad[..]).is_err());
         let noise: Vec<u8> = (0..rnd() % 5000).map(|_| rnd() as u8).collect();
         assert!(other.import(&mut &noise[..]).is_err());
     }
@@ -178,4 +185,26 @@ fn missing_parent_is_refused() {
         store.export(&l1, Some(&l2), &mut Vec::new()),
         Err(Error::NotAncestor { .. })
     ));
+}
+
+/// Writes a small two-layer artifact to `$BLOCKSTORE_FUZZ_SEED` (the fuzz seed corpus).
+#[test]
+#[ignore = "generates fuzz seeds on request"]
+fn write_fuzz_seed() {
+    let path = std::env::var("BLOCKSTORE_FUZZ_SEED").expect("BLOCKSTORE_FUZZ_SEED");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    store.create_disk("d", 8 * 4096, None).unwrap();
+    let d = store.open_disk("d").unwrap();
+    d.write_at(&[1u8; 4096], 4096).unwrap();
+    let l1 = d.seal().unwrap();
+    d.write_at(&[2u8; 10], 0).unwrap();
+    d.discard(4096, 4096).unwrap();
+    let l2 = d.seal().unwrap();
+    let mut art = Vec::new();
+    store.export(&l2, None, &mut art).unwrap();
+    fs::write(format!("{path}-two-layers"), &art).unwrap();
+    art.clear();
+    store.export(&l1, None, &mut art).unwrap();
+    fs::write(format!("{path}-one-layer"), &art).unwrap();
 }
