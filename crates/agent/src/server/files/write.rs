@@ -1,35 +1,61 @@
 //! Atomic, bounded file writes: a temporary file renamed over the target.
 
-use std::fs::{self, Metadata};
+use std::fs::{self, File, Metadata};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use proto::agent::{AgentError, ErrorKind, Message};
+use tokio::io::AsyncWriteExt;
 
 use super::{blocking, too_large};
 use crate::server::conn::{send_error, Reader, Writer};
 use crate::server::errors::{check_path, invalid, io_error};
 
-/// A temporary file next to the target, renamed over it when complete and removed if not.
+/// A temporary file next to the target: removed on drop unless it was renamed over the
+/// target.
 struct TempFile {
     path: PathBuf,
-    file: Option<tokio::fs::File>,
+    target: PathBuf,
+    done: bool,
+}
+
+impl TempFile {
+    fn commit(mut self) -> std::io::Result<()> {
+        self.done = true;
+        fs::rename(&self.path, &self.target).inspect_err(|_| {
+            let _ = fs::remove_file(&self.path);
+        })
+    }
 }
 
 impl Drop for TempFile {
     fn drop(&mut self) {
-        if self.file.is_some() {
+        if !self.done {
             let _ = fs::remove_file(&self.path);
         }
     }
 }
 
+/// The file being replaced, if any; a directory there is an error.
+fn existing(target: &Path, path: &str) -> Result<Option<Metadata>, AgentError> {
+    match fs::metadata(target) {
+        Ok(m) if m.is_dir() => Err(AgentError::new(
+            ErrorKind::IsADirectory,
+            format!("{path}: is a directory"),
+        )),
+        Ok(m) => Ok(Some(m)),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Creates the temporary file with the final mode (the given one, else the replaced
+/// file's, else 0644) and the replaced file's owner.
 fn create_temp(
     path: &str,
     mode: Option<u32>,
     create_parents: bool,
-) -> Result<(TempFile, PathBuf), AgentError> {
+) -> Result<(TempFile, File), AgentError> {
     let target = check_path(path)?.to_path_buf();
     let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(invalid(format!("{path}: not a file path")));
@@ -37,51 +63,39 @@ fn create_temp(
     if create_parents {
         fs::create_dir_all(parent).map_err(|e| io_error(&parent.to_string_lossy(), &e))?;
     }
-    let existing = fs::metadata(&target).ok();
-    if existing.as_ref().is_some_and(Metadata::is_dir) {
-        return Err(AgentError::new(
-            ErrorKind::IsADirectory,
-            format!("{path}: is a directory"),
-        ));
-    }
-    let tmp = parent.join(format!(
-        ".{}.sandfork-{}",
-        name.to_string_lossy(),
-        random_suffix()
-    ));
-    let file = fs::OpenOptions::new()
+    let old = existing(&target, path)?;
+    let name = format!(".{}.sandfork-{}", name.to_string_lossy(), random_suffix());
+    let tmp_path = parent.join(name);
+    let file = File::options()
         .write(true)
         .create_new(true)
-        .open(&tmp)
+        .open(&tmp_path)
         .map_err(|e| io_error(path, &e))?;
-    let guard = TempFile {
-        path: tmp,
-        file: Some(tokio::fs::File::from_std(
-            file.try_clone().map_err(|e| io_error(path, &e))?,
-        )),
+    let tmp = TempFile {
+        path: tmp_path,
+        target,
+        done: false,
     };
     let mode = mode
-        .or(existing.as_ref().map(|m| m.mode()))
+        .or(old.as_ref().map(MetadataExt::mode))
         .unwrap_or(0o644)
         & 0o7777;
     file.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| io_error(path, &e))?;
-    if let Some(m) = existing {
+    if let Some(m) = old {
         let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
     }
-    Ok((guard, target))
+    Ok((tmp, file))
 }
 
 fn random_suffix() -> String {
     let mut b = [0u8; 6];
-    let _ = fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    let _ = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    format!(
-        "{}{nanos:08x}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{hex}{nanos:08x}")
 }
 
 /// `Done` once the file is open, then `Data`* / `Eof` from the host, then `Written`.
@@ -94,38 +108,37 @@ pub async fn write_file(
     writer: &mut Writer,
 ) {
     let p = path.clone();
-    let (mut tmp, target) = match blocking(move || create_temp(&p, mode, create_parents)).await {
+    let (tmp, file) = match blocking(move || create_temp(&p, mode, create_parents)).await {
         Ok(t) => t,
         Err(e) => return send_error(writer, e).await,
     };
     if writer.send(&Message::Done).await.is_err() {
         return;
     }
-    match receive(&mut tmp, &path, max, reader).await {
+    let mut file = tokio::fs::File::from_std(file);
+    let result = match receive(&mut file, &path, max, reader).await {
         Ok(Some(bytes)) => {
-            tmp.file = None;
-            if let Err(e) = fs::rename(&tmp.path, &target) {
-                let _ = fs::remove_file(&tmp.path);
-                return send_error(writer, io_error(&path, &e)).await;
-            }
-            let _ = writer.send(&Message::Written { bytes }).await;
+            drop(file);
+            tmp.commit()
+                .map(|()| bytes)
+                .map_err(|e| io_error(&path, &e))
         }
-        Ok(None) => {}
+        Ok(None) => return,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(bytes) => drop(writer.send(&Message::Written { bytes }).await),
         Err(e) => send_error(writer, e).await,
     }
 }
 
-/// Copies `Data` frames into the temporary file; `None` when the host went away.
+/// Copies `Data` frames into the file; `None` when the host went away.
 async fn receive(
-    tmp: &mut TempFile,
+    file: &mut tokio::fs::File,
     path: &str,
     max: u64,
     reader: &mut Reader,
 ) -> Result<Option<u64>, AgentError> {
-    use tokio::io::AsyncWriteExt;
-    let Some(file) = tmp.file.as_mut() else {
-        return Ok(None);
-    };
     let mut total = 0u64;
     loop {
         match reader.read().await {
