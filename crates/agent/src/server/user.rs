@@ -68,7 +68,9 @@ pub fn resolve_in(spec: &str, passwd: &str, group: &str) -> Result<Credentials, 
             Some(uid) => e.uid == uid,
             None => e.name == user,
         });
-    let Some(uid) = numeric.or(entry.as_ref().map(|e| e.uid)) else {
+    // "root" is uid 0 even in an image without /etc/passwd.
+    let root = (user == "root").then_some(0);
+    let Some(uid) = numeric.or(entry.as_ref().map(|e| e.uid)).or(root) else {
         let msg = format!("user {user:?} not found in /etc/passwd");
         return Err(AgentError::new(ErrorKind::NotFound, msg));
     };
@@ -125,6 +127,12 @@ mod tests {
             resolve_in("0", PASSWD, GROUP).unwrap().name.as_deref(),
             Some("root")
         );
+    }
+
+    #[test]
+    fn root_without_passwd() {
+        let c = resolve_in("root", "", "").unwrap();
+        assert_eq!((c.uid, c.gid, c.groups), (0, 0, vec![0]));
     }
 
     #[test]
