@@ -3,13 +3,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard, RwLock};
-use xxhash_rust::xxh3::xxh3_64;
+use parking_lot::{Mutex, RwLock};
 
-use crate::device::{check_range, BlockDevice};
-use crate::fsutil::{self, is_zero, AlignedBuf, FileLock};
+use crate::fsutil::{self, FileLock};
 use crate::id::LayerId;
-use crate::layer::{Layer, Source, MAX_RUN};
+use crate::layer::{Layer, Source};
 use crate::store::{check_size, Manifest, Store};
 use crate::{compact, Error, Result, BLOCK_SIZE};
 
@@ -288,203 +286,6 @@ impl Disk {
         st.overlay.flush()?;
         Ok(merged.id.clone())
     }
-
-    /// Locks the stripes covering blocks `first..=last`, in ascending order.
-    fn lock_stripes(&self, first: u64, last: u64) -> Vec<MutexGuard<'_, ()>> {
-        if last - first + 1 >= STRIPES as u64 {
-            return self.stripes.iter().map(|m| m.lock()).collect();
-        }
-        let mut idx: Vec<usize> = (first..=last)
-            .map(|b| (b % STRIPES as u64) as usize)
-            .collect();
-        idx.sort_unstable();
-        idx.dedup();
-        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
-    }
-
-    /// Reads the whole blocks from `first` into `dst`, one read per run of blocks that
-    /// resolve to the same layer.
-    fn read_full(&self, st: &State, first: u64, dst: &mut [u8]) -> Result<()> {
-        let n = (dst.len() / BSU) as u64;
-        let mut i = 0;
-        while i < n {
-            let src = st.resolve(first + i);
-            let mut j = i + 1;
-            while j < n && j - i < MAX_RUN && st.resolve(first + j) == src {
-                j += 1;
-            }
-            let part = &mut dst[(i * BS) as usize..(j * BS) as usize];
-            match src {
-                Source::Zero => part.fill(0),
-                Source::Layer(k) => st.layer(k).read_blocks(first + i, part)?,
-            }
-            i = j;
-        }
-        Ok(())
-    }
-
-    fn read_locked(&self, st: &State, buf: &mut [u8], offset: u64) -> Result<()> {
-        let mut pos = 0usize;
-        while pos < buf.len() {
-            let off = offset + pos as u64;
-            let (b, in_off) = (off / BS, (off % BS) as usize);
-            let rest = buf.len() - pos;
-            if in_off != 0 || rest < BSU {
-                let n = (BSU - in_off).min(rest);
-                let mut blk = AlignedBuf::new(BSU);
-                self.read_full(st, b, &mut blk)?;
-                buf[pos..pos + n].copy_from_slice(&blk[in_off..in_off + n]);
-                pos += n;
-            } else {
-                let n = rest / BSU * BSU;
-                self.read_full(st, b, &mut buf[pos..pos + n])?;
-                pos += n;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes (`src` = Some) or zeroes (`src` = None) `len` bytes at `offset`. Partial
-    /// blocks are read, patched and written whole. Callers hold the stripe locks.
-    fn modify(&self, st: &State, offset: u64, len: usize, src: Option<&[u8]>) -> Result<()> {
-        let mut pos = 0usize;
-        while pos < len {
-            let off = offset + pos as u64;
-            let (b, in_off) = (off / BS, (off % BS) as usize);
-            let rest = len - pos;
-            if in_off != 0 || rest < BSU {
-                let n = (BSU - in_off).min(rest);
-                let mut blk = AlignedBuf::new(BSU);
-                self.read_full(st, b, &mut blk)?;
-                match src {
-                    Some(d) => blk[in_off..in_off + n].copy_from_slice(&d[pos..pos + n]),
-                    None => blk[in_off..in_off + n].fill(0),
-                }
-                self.write_full(st, b, &blk)?;
-                pos += n;
-            } else {
-                let n = rest / BSU * BSU;
-                match src {
-                    Some(d) => self.write_full(st, b, &d[pos..pos + n])?,
-                    None => self.zero_blocks(st, b, (n / BSU) as u64)?,
-                }
-                pos += n;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes whole blocks: runs of all-zero blocks become zero bits and holes, runs of
-    /// data are written in one call each.
-    fn write_full(&self, st: &State, first: u64, data: &[u8]) -> Result<()> {
-        let blocks: Vec<&[u8]> = data.chunks_exact(BSU).collect();
-        let zero: Vec<bool> = blocks.iter().map(|b| is_zero(b)).collect();
-        let n = blocks.len();
-        let mut i = 0;
-        while i < n {
-            let mut j = i + 1;
-            while j < n && (j - i) < MAX_RUN as usize && zero[j] == zero[i] {
-                j += 1;
-            }
-            if zero[i] {
-                self.zero_blocks(st, first + i as u64, (j - i) as u64)?;
-            } else {
-                self.write_data(st, first + i as u64, &data[i * BSU..j * BSU])?;
-            }
-            i = j;
-        }
-        Ok(())
-    }
-
-    /// Data first, then the bits: a racing reader sees the old or the new block.
-    fn write_data(&self, st: &State, first: u64, data: &[u8]) -> Result<()> {
-        let ov = &st.overlay;
-        ov.write_blocks(first, data)?;
-        for (i, block) in data.chunks_exact(BSU).enumerate() {
-            let b = first + i as u64;
-            ov.hashes.set(b, xxh3_64(block));
-            if !ov.dirty.get(b) {
-                ov.dirty.set(b);
-            }
-            if ov.zero.get(b) {
-                ov.zero.clear(b);
-            }
-        }
-        ov.changed.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Marks blocks as zero (zero bit before dirty bit) and frees their data.
-    fn zero_blocks(&self, st: &State, first: u64, count: u64) -> Result<()> {
-        let ov = &st.overlay;
-        let mut held_data = false;
-        for b in first..first + count {
-            if ov.dirty.get(b) {
-                held_data |= !ov.zero.get(b);
-                ov.zero.set(b);
-            } else if !st.chain_reads_zero(b) {
-                ov.zero.set(b);
-                ov.dirty.set(b);
-            } else {
-                continue;
-            }
-            ov.changed.store(true, Ordering::Release);
-        }
-        if held_data {
-            ov.punch(first, count)?;
-        }
-        Ok(())
-    }
-}
-
-impl BlockDevice for Disk {
-    fn size(&self) -> u64 {
-        self.state.read().size
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let st = self.state.read();
-        check_range("read", offset, buf.len() as u64, st.size)?;
-        self.read_locked(&st, buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.check_usable()?;
-        let st = self.state.read();
-        check_range("write", offset, buf.len() as u64, st.size)?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let _g = self.lock_stripes(offset / BS, (offset + buf.len() as u64 - 1) / BS);
-        self.modify(&st, offset, buf.len(), Some(buf))
-    }
-
-    fn flush(&self) -> Result<()> {
-        let st = self.state.read();
-        let _f = self.flush_lock.lock();
-        st.overlay.flush()
-    }
-
-    fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        self.write_zeroes(offset, len)
-    }
-
-    fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
-        self.check_usable()?;
-        let st = self.state.read();
-        check_range("write-zeroes", offset, len, st.size)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let _g = self.lock_stripes(offset / BS, (offset + len - 1) / BS);
-        let len = usize::try_from(len).map_err(|_| Error::OutOfRange {
-            op: "write-zeroes",
-            offset,
-            len,
-            size: st.size,
-        })?;
-        self.modify(&st, offset, len, None)
-    }
 }
 
 fn io_other() -> std::io::Error {
@@ -558,6 +359,9 @@ fn recreate_overlay(store: &Store, m: &Manifest, parent: Option<LayerId>) -> Res
     fsutil::fsync_dir(&store.dir("layers"))?;
     Ok(layer)
 }
+
+#[path = "disk_io.rs"]
+mod io;
 
 #[cfg(test)]
 #[path = "disk_tests.rs"]

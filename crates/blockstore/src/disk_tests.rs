@@ -1,6 +1,7 @@
 //! Recovery from operations interrupted between their steps.
 
 use super::*;
+use crate::BlockDevice;
 
 fn setup() -> (tempfile::TempDir, Store, Disk) {
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ mod id;
 mod image;
 mod layer;
 mod meta;
+mod refs;
 mod store;
 
 pub use artifact::{verify_artifact, ArtifactLayer, ExportStats, MAX_LAYERS};
@@ -21,7 +22,8 @@ pub use device::{check_range, BlockDevice, FileDevice};
 pub use disk::{Disk, MAX_DEPTH};
 pub use error::{Error, Result};
 pub use id::{validate_name, LayerId};
-pub use store::{GcStats, LayerInfo, Store, StoreOptions};
+pub use refs::{GcStats, LayerInfo};
+pub use store::{Store, StoreOptions};
 
 /// Size of one block, in bytes.
 pub const BLOCK_SIZE: u64 = 4096;

@@ -350,9 +350,11 @@ fn sigkill_at_random_points_keeps_sealed_layers_intact() {
         check_store(dir.path(), "a");
         check_store(dir.path(), "b");
         let store = Store::open(&dir.path().join("a")).unwrap();
-        let disk = store.open_disk(DISK).unwrap();
-        for id in disk.chain() {
-            store.verify(&id).unwrap();
+        match store.open_disk(DISK) {
+            Ok(disk) => disk.chain().iter().for_each(|id| store.verify(id).unwrap()),
+            // Killed before the first child finished creating the disk.
+            Err(Error::DiskNotFound(_)) if expectations(dir.path()).is_empty() => {}
+            Err(e) => panic!("disk {DISK}: {e}"),
         }
     }
     assert!(
