@@ -49,11 +49,6 @@ def test_output_from_offset(sandbox: Sandbox) -> None:
     assert events[0].offset == 2
 
 
-@pytest.mark.xfail(
-    reason="daemon gap: background processes always get /dev/null as stdin; the API has no field asking for a pipe",
-    raises=sandfork.InvalidArgumentError,
-    strict=True,
-)
 def test_stdin_write_and_close(sandbox: Sandbox) -> None:
     proc = sandbox.start_process("sh", ["-c", "read a; echo got:$a; cat"])
     proc.write_stdin("first\n")

@@ -280,6 +280,8 @@ class Sandbox(FilesMixin):
 
         Its output is buffered by the sandbox, so it can be read later, from
         any handle on this sandbox (``Sandbox.connect(id).get_process(pid)``).
+        Without ``stdin`` its standard input is a pipe fed by
+        :meth:`Process.write_stdin` until :meth:`Process.close_stdin`.
         """
         body = exec_body(command, args, env, working_dir, None, stdin, user)
         info = ProcessInfo.from_json(self._client.request_json("POST", self._route + "/processes", json_body=body))
