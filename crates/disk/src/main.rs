@@ -68,6 +68,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
         ready_fd: None,
         open_flags: disk::fuse::DEFAULT_OPEN_FLAGS,
         compact_depth: blockstore::MAX_DEPTH / 2,
+        direct_io: true,
     };
     let (mut store, mut name, mut detach) = (None, None, false);
     let mut it = args.iter();
@@ -82,6 +83,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
             "--ready-fd" => a.ready_fd = Some(value()?.parse().context("--ready-fd")?),
             "--open-flags" => a.open_flags = value()?.parse().context("--open-flags")?,
             "--detach" => detach = true,
+            "--buffered" => a.direct_io = false,
             other => bail!("unknown option {other}"),
         }
     }
@@ -151,6 +153,9 @@ fn mount(o: &Opts) -> Result<()> {
     let mut opts = MountOptions::default();
     if let Some(t) = o.0.get("threads") {
         opts.threads = t.parse().context("--threads")?;
+    }
+    if o.0.get("buffered").is_some_and(|b| b == "1") {
+        opts.direct_io = false;
     }
     if let Some(f) = o.0.get("open-flags") {
         opts.open_flags = f.parse().context("--open-flags")?;

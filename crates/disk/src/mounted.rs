@@ -37,6 +37,8 @@ pub struct MountOptions {
     pub grow_fs: bool,
     /// FUSE open flags for the exported file (see [`crate::fuse::open_flag`]).
     pub open_flags: u32,
+    /// The server opens the store's data files with O_DIRECT.
+    pub direct_io: bool,
 }
 
 impl Default for MountOptions {
@@ -46,6 +48,7 @@ impl Default for MountOptions {
             start_timeout: Duration::from_secs(30),
             grow_fs: true,
             open_flags: crate::fuse::DEFAULT_OPEN_FLAGS,
+            direct_io: true,
         }
     }
 }
@@ -319,8 +322,12 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
     )
     .map_err(Error::sys("set close-on-exec"))?;
     let bin = server_binary();
-    let mut child = Command::new(&bin)
-        .arg("serve")
+    let mut cmd = Command::new(&bin);
+    cmd.arg("serve");
+    if !opts.direct_io {
+        cmd.arg("--buffered");
+    }
+    let mut child = cmd
         .arg("--store")
         .arg(&spec.store)
         .args(["--disk", &spec.disk])

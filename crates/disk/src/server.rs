@@ -36,6 +36,8 @@ pub struct ServeArgs {
     pub open_flags: u32,
     /// Compact in the background once the chain is this deep.
     pub compact_depth: usize,
+    /// Open the store's data files with O_DIRECT (the default; see docs/disk-path.md).
+    pub direct_io: bool,
 }
 
 /// The disk being served: a block-store disk, or a plain file.
@@ -54,7 +56,12 @@ impl Backend {
                 "nothing to serve: give a store disk or a file".into(),
             ));
         };
-        let store = Store::open_with(root, StoreOptions { direct_io: true })?;
+        let store = Store::open_with(
+            root,
+            StoreOptions {
+                direct_io: args.direct_io,
+            },
+        )?;
         Ok(Backend::Store(Arc::new(store.open_disk(name)?)))
     }
 
