@@ -173,6 +173,31 @@ async fn errors_map_to_kinds() {
         .await;
     assert_eq!(kind(e.unwrap_err()), ErrorKind::NotFound);
 
+    // A FIFO without a writer is refused instead of hanging the request.
+    nix::unistd::mkfifo(
+        &a.scratch().join("fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let e = c.read_file(&format!("{s}/fifo")).await.err().unwrap();
+    assert_eq!(kind(e), ErrorKind::InvalidInput);
+    // Character devices stream, bounded by the limit.
+    assert_eq!(
+        c.read_file_bytes("/dev/zero", 10)
+            .await
+            .err()
+            .map(|e| e.to_string()),
+        Some(ClientError::TooLarge(10).to_string())
+    );
+    let mut zeros = Vec::new();
+    c.read_file_range("/dev/zero", 0, Some(100_000))
+        .await
+        .unwrap()
+        .copy_to(&mut zeros)
+        .await
+        .unwrap();
+    assert_eq!(zeros, vec![0u8; 100_000]);
+
     // Too large, both ways; a refused write leaves nothing behind.
     std::fs::write(format!("{s}/big"), vec![0u8; 2_000_000]).unwrap();
     assert_eq!(

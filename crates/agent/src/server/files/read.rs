@@ -2,6 +2,9 @@
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use proto::agent::{AgentError, ErrorKind, FileStat, Message, CHUNK_SIZE};
 use tokio::sync::mpsc;
@@ -18,14 +21,28 @@ fn open_for_read(
     max: u64,
 ) -> Result<(fs::File, FileStat), AgentError> {
     let p = check_path(path)?;
-    let mut f = fs::File::open(p).map_err(|e| io_error(path, &e))?;
+    // Non-blocking open: a FIFO without a writer must not hang the request.
+    let mut f = fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| io_error(path, &e))?;
     let m = f.metadata().map_err(|e| io_error(path, &e))?;
+    let ft = m.file_type();
     if m.is_dir() {
         return Err(AgentError::new(
             ErrorKind::IsADirectory,
             format!("{path}: is a directory"),
         ));
     }
+    if ft.is_fifo() || ft.is_socket() {
+        return Err(AgentError::new(
+            ErrorKind::InvalidInput,
+            format!("{path}: not a regular file"),
+        ));
+    }
+    let flags = OFlag::from_bits_truncate(fcntl(&f, FcntlArg::F_GETFL).unwrap_or(0));
+    let _ = fcntl(&f, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK));
     if m.is_file() && m.len().saturating_sub(offset).min(want) > max {
         return Err(too_large(path, max));
     }
