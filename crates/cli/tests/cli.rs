@@ -181,7 +181,38 @@ fn traces(data: &Path, id: &str) -> Vec<String> {
     if data.join("sandboxes").join(id).exists() {
         found.push("sandbox directory".into());
     }
+    let loops = Command::new("losetup").arg("-a").output();
+    let loops = loops
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    found.extend(
+        loops
+            .lines()
+            .filter(|l| l.contains(id))
+            .map(|l| format!("loop device {l}")),
+    );
+    found.extend(
+        processes_mentioning(id)
+            .into_iter()
+            .map(|p| format!("process {p}")),
+    );
     found
+}
+
+/// Processes whose command line mentions `needle` (disk servers, runc shims).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    pids.filter(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.chars().all(|c| c.is_ascii_digit()) && name != me
+    })
+    .filter_map(|e| {
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        cmd.contains(needle).then_some(cmd)
+    })
+    .collect()
 }
 
 #[test]

@@ -66,8 +66,8 @@ pub fn to_agent(req: ExecRequest) -> Result<agent::ExecRequest, Error> {
     params(("id" = String, Path, description = "Sandbox id or name")),
     request_body = ExecRequest,
     responses(
-        (status = 200, description = "Result (stream=false)", body = ExecResult),
-        (status = 200, description = "NDJSON events (stream=true)", body = StreamEvent, content_type = "application/x-ndjson"),
+        (status = 200, description = "The result (stream=false), or NDJSON events ending with an exit or error event (stream=true)",
+            content((ExecResult = "application/json"), (StreamEvent = "application/x-ndjson"))),
         (status = 400, description = "Bad request or the command could not start", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn exec(

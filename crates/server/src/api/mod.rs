@@ -14,7 +14,7 @@ mod sandboxes;
 mod system;
 pub mod types;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -24,6 +24,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use crate::error::Error;
+use crate::logs::{RateLimit, Verdict};
 use crate::manager::Manager;
 pub use auth::Token;
 pub use openapi::openapi_json;
@@ -42,6 +43,12 @@ impl<E: Into<Error>> From<E> for ApiError {
     }
 }
 
+/// The limiter of server-error log lines.
+fn server_errors() -> &'static RateLimit {
+    static LIMIT: OnceLock<RateLimit> = OnceLock::new();
+    LIMIT.get_or_init(|| RateLimit::new(std::time::Duration::from_secs(10), 20))
+}
+
 /// The error kind of a response, for the error counter.
 #[derive(Debug, Clone, Copy)]
 struct ErrorKind(&'static str);
@@ -51,7 +58,10 @@ impl IntoResponse for ApiError {
         let (status, code) = self.0.status_code();
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
-            tracing::error!(code, error = %self.0.message(), "request failed");
+            // A broken sandbox (e.g. a killed agent) can make every request fail.
+            if let Verdict::Log { suppressed } = server_errors().check(code) {
+                tracing::error!(code, suppressed, error = %self.0.message(), "request failed");
+            }
         } else {
             tracing::debug!(code, error = %self.0.message(), "request refused");
         }

@@ -9,6 +9,9 @@ use super::{Entry, Manager};
 use crate::api::types::Sandbox;
 use crate::lifecycle::State;
 
+/// Terminated sandboxes kept in memory (for `GET` and idempotent `DELETE`).
+pub const KEEP_TERMINATED: usize = 1000;
+
 /// What to do with a sandbox whose idle timeout passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdleAction {
@@ -45,8 +48,29 @@ impl Manager {
         });
     }
 
+    /// Forgets the oldest terminated sandboxes past [`KEEP_TERMINATED`] (the store
+    /// keeps its own bounded history).
+    fn prune_terminated(&self) {
+        let mut reg = self.registry_mut();
+        let mut done: Vec<(String, String)> = reg
+            .entries
+            .values()
+            .map(|e| e.view())
+            .filter(|v| v.state == State::Terminated)
+            .map(|v| (v.created_at, v.id))
+            .collect();
+        if done.len() <= KEEP_TERMINATED {
+            return;
+        }
+        done.sort();
+        for (_, id) in &done[..done.len() - KEEP_TERMINATED] {
+            reg.entries.remove(id);
+        }
+    }
+
     /// Acts on every sandbox whose idle timeout passed.
     pub async fn reap_once(&self) {
+        self.prune_terminated();
         let due: Vec<Sandbox> = self
             .registry()
             .entries

@@ -279,6 +279,21 @@ pub fn host_traces(data: &Path, id: &str) -> Vec<String> {
     if data.join("sandboxes").join(id).exists() {
         found.push(format!("directory sandboxes/{id}"));
     }
+    let loops = std::process::Command::new("losetup").arg("-a").output();
+    let loops = loops
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    found.extend(
+        loops
+            .lines()
+            .filter(|l| l.contains(id))
+            .map(|l| format!("loop device {l}")),
+    );
+    found.extend(
+        processes_mentioning(id)
+            .into_iter()
+            .map(|p| format!("process {p}")),
+    );
     found
 }
 
