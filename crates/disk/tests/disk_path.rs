@@ -165,3 +165,32 @@ fn a_restarted_caller_adopts_a_running_disk() {
     m.teardown().unwrap();
     fx.assert_clean();
 }
+
+#[test]
+fn deep_chains_are_compacted_in_the_background() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("deep", &fx.base);
+    for i in 0..blockstore::MAX_DEPTH / 2 + 1 {
+        write(
+            m.mountpoint(),
+            &format!("gen{i}"),
+            format!("{i}\n").as_bytes(),
+        );
+        m.seal().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stats = loop {
+        let s = m.stats().unwrap();
+        if s.compactions > 0 || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(stats.compactions >= 1, "{stats:?}");
+    assert!(stats.depth < blockstore::MAX_DEPTH / 2, "{stats:?}");
+    for i in 0..blockstore::MAX_DEPTH / 2 + 1 {
+        assert_eq!(read(m.mountpoint(), &format!("gen{i}")), format!("{i}\n"));
+    }
+    m.teardown().unwrap();
+    fx.assert_clean();
+}

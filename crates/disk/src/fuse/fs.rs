@@ -367,3 +367,125 @@ fn readdir(nodeid: u64, arg: &[u8]) -> Reply {
     }
     Reply::Body(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockstore::FileDevice;
+
+    fn fs_over(len: u64) -> (tempfile::NamedTempFile, DiskFs) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(len).unwrap();
+        let dev = Arc::new(FileDevice::open(file.path()).unwrap());
+        let fs = DiskFs::new(dev, Arc::default(), FsOptions::default());
+        (file, fs)
+    }
+
+    fn header(opcode: u32, nodeid: u64) -> InHeader {
+        InHeader {
+            len: 0,
+            opcode,
+            unique: 1,
+            nodeid,
+        }
+    }
+
+    fn args(fields: &[u64]) -> Vec<u8> {
+        fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn size_changes_through_setattr_are_refused() {
+        let (_f, fs) = fs_over(8192);
+        let mut arg = vec![0u8; 88];
+        arg[0..4].copy_from_slice(&abi::FATTR_SIZE.to_le_bytes());
+        arg[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        let r = fs.handle(&header(op::SETATTR, FILE_ID), &arg, &mut []);
+        assert!(matches!(r, Reply::Error(libc::EPERM)));
+        arg[16..24].copy_from_slice(&8192u64.to_le_bytes());
+        let r = fs.handle(&header(op::SETATTR, FILE_ID), &arg, &mut []);
+        assert!(matches!(r, Reply::Body(_)));
+    }
+
+    #[test]
+    fn reads_stop_at_the_end_and_writes_past_it_fail() {
+        let (_f, fs) = fs_over(8192);
+        let mut buf = vec![0u8; 8192];
+        let r = fs.handle(
+            &header(op::READ, FILE_ID),
+            &args(&[0, 4096, 8192]),
+            &mut buf,
+        );
+        assert!(matches!(r, Reply::Data(4096)));
+        let r = fs.handle(&header(op::READ, FILE_ID), &args(&[0, 9000, 10]), &mut buf);
+        assert!(matches!(r, Reply::Data(0)));
+        let r = fs.handle(
+            &header(op::WRITE, FILE_ID),
+            &args(&[0, 8000, 400]),
+            &mut buf,
+        );
+        assert!(matches!(r, Reply::Error(libc::EFBIG)));
+    }
+
+    #[test]
+    fn punch_hole_zeroes_partial_blocks_and_discards_whole_ones() {
+        let (_f, fs) = fs_over(4 * 4096);
+        let mut ones = vec![1u8; 4 * 4096];
+        let r = fs.handle(
+            &header(op::WRITE, FILE_ID),
+            &args(&[0, 0, 4 * 4096]),
+            &mut ones,
+        );
+        assert!(matches!(r, Reply::Body(_)));
+        let mode = u64::from(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE);
+        let r = fs.handle(
+            &header(op::FALLOCATE, FILE_ID),
+            &args(&[0, 100, 3 * 4096, mode]),
+            &mut [],
+        );
+        assert!(matches!(r, Reply::Body(_)));
+        let mut back = vec![0u8; 4 * 4096];
+        fs.handle(
+            &header(op::READ, FILE_ID),
+            &args(&[0, 0, 4 * 4096]),
+            &mut back,
+        );
+        assert!(back[..100].iter().all(|&b| b == 1));
+        assert!(back[100..100 + 3 * 4096].iter().all(|&b| b == 0));
+        assert!(back[100 + 3 * 4096..].iter().all(|&b| b == 1));
+        assert_eq!(fs.stats.snapshot().discards, 1);
+    }
+
+    #[test]
+    fn readdir_pages_and_lookup_knows_one_name() {
+        let (_f, fs) = fs_over(4096);
+        let Reply::Body(all) = fs.handle(
+            &header(op::READDIR, abi::ROOT_ID),
+            &args(&[0, 0, 4096]),
+            &mut [],
+        ) else {
+            panic!("readdir failed");
+        };
+        assert_eq!(all.0.len(), 32 * 3);
+        let Reply::Body(rest) = fs.handle(
+            &header(op::READDIR, abi::ROOT_ID),
+            &args(&[0, 2, 4096]),
+            &mut [],
+        ) else {
+            panic!("readdir failed");
+        };
+        assert_eq!(rest.0.len(), 32);
+        assert!(matches!(
+            fs.handle(&header(op::LOOKUP, 1), b"disk\0", &mut []),
+            Reply::Body(_)
+        ));
+        assert!(matches!(
+            fs.handle(&header(op::LOOKUP, 1), b"etc\0", &mut []),
+            Reply::Error(libc::ENOENT)
+        ));
+        assert!(matches!(
+            fs.handle(&header(op::OPEN, 1), &[], &mut []),
+            Reply::Error(libc::EISDIR)
+        ));
+    }
+}
