@@ -108,36 +108,46 @@ fn exec_true() -> agent::proto::ExecRequest {
     }
 }
 
+/// create→first exec, each run right after a bare `runc run` so both see the same load.
 async fn create_first_exec(
     rt: &ContainerRuntime,
     image: &ImageRef,
     runs: usize,
-) -> Result<Vec<f64>> {
-    let mut out = Vec::new();
+    bare: &mut BareRun,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
     for i in 0..runs {
+        base.push(bare.once()?);
         let id = format!("bench-{}-{i}", std::process::id());
         let t = Instant::now();
         let sb = rt.create(spec(id.clone(), image)).await?;
         let r = sb.agent().exec_collect(exec_true(), 1024).await?;
-        out.push(ms(t));
+        ours.push(ms(t));
         ensure!(r.code() == Some(0), "true failed in the sandbox");
         rt.destroy(&id).await?;
     }
-    Ok(out)
+    Ok((ours, base))
 }
 
-async fn exec_round_trip(rt: &ContainerRuntime, image: &ImageRef, runs: usize) -> Result<Vec<f64>> {
+/// Exec round trips, alternating with `runc exec` in a bare container.
+async fn exec_round_trip(
+    rt: &ContainerRuntime,
+    image: &ImageRef,
+    runs: usize,
+    bare: &BareExec,
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let id = format!("bench-exec-{}", std::process::id());
     let sb = rt.create(spec(id.clone(), image)).await?;
     let agent = sb.agent();
-    let mut out = Vec::new();
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..runs {
+        base.push(bare.once()?);
         let t = Instant::now();
         agent.exec_collect(exec_true(), 1024).await?;
-        out.push(ms(t));
+        ours.push(ms(t));
     }
     rt.destroy(&id).await?;
-    Ok(out)
+    Ok((ours, base))
 }
 
 /// A runc bundle with the same generated config, on a plain directory root filesystem
@@ -192,44 +202,72 @@ fn runc(root: &Path, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-fn bare_runc_run(dir: &Path, runs: usize) -> Result<Vec<f64>> {
-    let (bundle, mut config) = bare_bundle(dir, "bare-run", &["/bin/true"])?;
-    let root = dir.join("runc");
-    let b = bundle.to_string_lossy();
-    let mut out = Vec::new();
-    for i in 0..runs {
-        let id = format!("bare-run-{i}");
-        write_config(&bundle, &mut config, &id)?;
-        let t = Instant::now();
-        runc(&root, &["run", "--bundle", &b, &id])?;
-        out.push(ms(t));
-    }
-    Ok(out)
+/// `runc run` of `true` in a fresh container each time.
+struct BareRun {
+    bundle: PathBuf,
+    config: serde_json::Value,
+    root: PathBuf,
+    n: usize,
 }
 
-fn bare_runc_exec(dir: &Path, runs: usize) -> Result<Vec<f64>> {
-    let (bundle, mut config) = bare_bundle(dir, "bare-exec", &["/bin/sleep", "3600"])?;
-    write_config(&bundle, &mut config, "bare-exec")?;
-    let root = dir.join("runc");
-    runc(
-        &root,
-        &[
-            "run",
-            "--detach",
-            "--bundle",
-            &bundle.to_string_lossy(),
-            "bare-exec",
-        ],
-    )?;
-    let mut out = Vec::new();
-    for _ in 0..runs {
-        let t = Instant::now();
-        let r = runc(&root, &["exec", "bare-exec", "/bin/true"]);
-        out.push(ms(t));
-        r?;
+impl BareRun {
+    fn new(dir: &Path) -> Result<BareRun> {
+        let (bundle, config) = bare_bundle(dir, "bare-run", &["/bin/true"])?;
+        Ok(BareRun {
+            bundle,
+            config,
+            root: dir.join("runc"),
+            n: 0,
+        })
     }
-    runc(&root, &["delete", "--force", "bare-exec"])?;
-    Ok(out)
+
+    fn once(&mut self) -> Result<f64> {
+        self.n += 1;
+        let id = format!("bare-run-{}", self.n);
+        write_config(&self.bundle, &mut self.config, &id)?;
+        let t = Instant::now();
+        runc(
+            &self.root,
+            &["run", "--bundle", &self.bundle.to_string_lossy(), &id],
+        )?;
+        Ok(ms(t))
+    }
+}
+
+/// A bare container running `sleep`, for `runc exec`.
+struct BareExec {
+    root: PathBuf,
+}
+
+impl BareExec {
+    fn start(dir: &Path) -> Result<BareExec> {
+        let (bundle, mut config) = bare_bundle(dir, "bare-exec", &["/bin/sleep", "3600"])?;
+        write_config(&bundle, &mut config, "bare-exec")?;
+        let root = dir.join("runc");
+        runc(
+            &root,
+            &[
+                "run",
+                "--detach",
+                "--bundle",
+                &bundle.to_string_lossy(),
+                "bare-exec",
+            ],
+        )?;
+        Ok(BareExec { root })
+    }
+
+    fn once(&self) -> Result<f64> {
+        let t = Instant::now();
+        runc(&self.root, &["exec", "bare-exec", "/bin/true"])?;
+        Ok(ms(t))
+    }
+}
+
+impl Drop for BareExec {
+    fn drop(&mut self) {
+        let _ = runc(&self.root, &["delete", "--force", "bare-exec"]);
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -261,31 +299,32 @@ async fn main() -> Result<()> {
     );
     rt.cleanup_stale().await?;
 
-    let mut base_run = bare_runc_run(scratch.path(), a.runs)?;
-    let mut ours = create_first_exec(&rt, &busybox, a.runs).await?;
+    let base_name = "runc run, plain dir rootfs";
+    let mut bare = BareRun::new(scratch.path())?;
+    let (mut ours, mut base) = create_first_exec(&rt, &busybox, a.runs, &mut bare).await?;
     line(
         "create→first exec (busybox)",
         &mut ours,
-        &mut base_run,
-        "runc run, plain dir rootfs",
+        &mut base,
+        base_name,
         "≤ 2×",
     );
     if let Some(py) = &python {
-        let mut ours = create_first_exec(&rt, py, a.runs).await?;
+        let (mut ours, mut base) = create_first_exec(&rt, py, a.runs, &mut bare).await?;
         line(
             "create→first exec (python)",
             &mut ours,
-            &mut base_run,
-            "runc run, plain dir rootfs",
+            &mut base,
+            base_name,
             "≤ 2×",
         );
     }
-    let mut base_exec = bare_runc_exec(scratch.path(), a.runs * 5)?;
-    let mut ours = exec_round_trip(&rt, &busybox, a.runs * 5).await?;
+    let bare = BareExec::start(scratch.path())?;
+    let (mut ours, mut base) = exec_round_trip(&rt, &busybox, a.runs * 5, &bare).await?;
     line(
         "exec round trip (true)",
         &mut ours,
-        &mut base_exec,
+        &mut base,
         "runc exec",
         "≤ 0.3×",
     );

@@ -51,6 +51,7 @@ impl Inner {
             net: &self.config.net,
             agent_bin: &self.config.agent_bin,
             ready_timeout: self.config.ready_timeout,
+            restore_images: None,
         }
     }
 
@@ -208,5 +209,37 @@ impl Runtime for ContainerRuntime {
 
     async fn cleanup_stale(&self) -> Result<Vec<String>> {
         self.blocking(|i| crate::stale::cleanup(&i.ctx())).await
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        kind: crate::CheckpointKind,
+        memory_dir: Option<PathBuf>,
+    ) -> Result<crate::CheckpointInfo> {
+        let id = id.to_string();
+        self.blocking(move |i| {
+            crate::checkpoint::checkpoint(&i.ctx(), &id, kind, memory_dir.as_deref())
+        })
+        .await
+    }
+
+    async fn restore(
+        &self,
+        spec: SandboxSpec,
+        from: crate::SnapshotSource,
+        opts: crate::RestoreOptions,
+    ) -> Result<SandboxHandle> {
+        let id = spec.id.clone();
+        let handle = self
+            .blocking(move |i| {
+                crate::checkpoint::restore(&i.ctx(), spec, &from).map(|r| i.handle(&r))
+            })
+            .await?;
+        if let Err(e) = crate::checkpoint::after_restore(&handle.agent(), opts).await {
+            let _ = self.destroy(&id).await;
+            return Err(e);
+        }
+        Ok(handle)
     }
 }

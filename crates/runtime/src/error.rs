@@ -37,6 +37,8 @@ pub enum Error {
     NoAgentBinary,
     #[error("Image build failed: {0}")]
     Image(String),
+    #[error("Checkpoint failed: {0}")]
+    Checkpoint(String),
 }
 
 /// Result with the runtime's error.

@@ -1,12 +1,14 @@
 //! Every side effect the runtime has on the host, behind one trait, so that the lifecycle
 //! logic (ordering, rollback) is unit-tested with a recording fake and no root.
 
+pub mod checkpoint;
 mod fake;
 mod real;
 
 use std::path::Path;
 use std::time::Duration;
 
+pub use checkpoint::{CheckpointHost, CriuPaths};
 pub use fake::FakeHost;
 pub use real::{Disks, RealHost};
 
@@ -40,7 +42,7 @@ pub struct Usage {
 }
 
 /// Host side effects used by the container runtime.
-pub trait Host: Send + Sync {
+pub trait Host: CheckpointHost + Send + Sync {
     /// Mounts a small tmpfs, owned by the host, at the sandbox's run directory (bound at
     /// /run/sandfork inside): the sandbox can write there, so it must not be host disk.
     fn mount_run_dir(&self, paths: &SandboxPaths) -> Result<()>;

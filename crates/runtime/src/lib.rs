@@ -6,6 +6,7 @@
 //! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
 //! and `docs/security.md`.
 
+pub mod checkpoint;
 mod container;
 mod error;
 pub mod host;
@@ -22,6 +23,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
+pub use checkpoint::{CheckpointInfo, CheckpointKind, RestoreOptions, SnapshotSource};
 pub use container::{ContainerRuntime, RuntimeConfig};
 pub use error::{Error, Result};
 pub use host::Usage;
@@ -89,6 +91,23 @@ pub trait Runtime: Send + Sync {
     async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
     /// Removes what dead sandboxes left behind; returns their ids.
     async fn cleanup_stale(&self) -> Result<Vec<String>>;
+    /// Checkpoints a running sandbox, which keeps running; memory images go to
+    /// `memory_dir` (needed for [`CheckpointKind::Memory`]). A failed checkpoint leaves no
+    /// files in `memory_dir`.
+    async fn checkpoint(
+        &self,
+        id: &str,
+        kind: CheckpointKind,
+        memory_dir: Option<PathBuf>,
+    ) -> Result<CheckpointInfo>;
+    /// Creates sandbox `spec.id` from a snapshot (warm from memory images, else a cold
+    /// boot on the snapshot's disk), then applies `opts`. A failed restore leaves nothing.
+    async fn restore(
+        &self,
+        spec: SandboxSpec,
+        from: SnapshotSource,
+        opts: RestoreOptions,
+    ) -> Result<SandboxHandle>;
 }
 
 /// Finds the agent binary: `SANDFORK_AGENT_BIN`, else next to the current executable

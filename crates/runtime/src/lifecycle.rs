@@ -48,10 +48,12 @@ pub struct Ctx<'a> {
     pub net: &'a NetConfig,
     pub agent_bin: &'a Path,
     pub ready_timeout: Duration,
+    /// Memory images to restore instead of booting the init (a warm restore).
+    pub restore_images: Option<&'a Path>,
 }
 
 impl Ctx<'_> {
-    fn runc_root(&self) -> PathBuf {
+    pub(crate) fn runc_root(&self) -> PathBuf {
         self.layout.runc_root()
     }
 }
@@ -141,8 +143,12 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     ctx.host.write_config(paths, &oci::to_json(&config))?;
     done.push(Step::Container);
     let t = std::time::Instant::now();
-    ctx.host
-        .runc_run(&ctx.runc_root(), &record.names.container, paths)?;
+    match ctx.restore_images {
+        Some(images) => crate::checkpoint::runc_restore(ctx, paths, record, images)?,
+        None => ctx
+            .host
+            .runc_run(&ctx.runc_root(), &record.names.container, paths)?,
+    }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
     ctx.host.wait_agent(paths, ctx.ready_timeout)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");

@@ -1,5 +1,6 @@
 //! The real host: iproute2, nftables, runc, cgroupfs, and the block-store disk path.
 
+mod checkpoint;
 mod cmd;
 mod disks;
 mod netns;
@@ -234,7 +235,7 @@ impl Host for RealHost {
 
     fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
         let client = agent::AgentClient::new(&paths.run());
-        let wait = client.wait_ready(timeout);
+        let wait = agent_ready(&client, timeout);
         let ready = match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle.block_on(wait),
             Err(_) => tokio::runtime::Builder::new_current_thread()
@@ -243,7 +244,7 @@ impl Host for RealHost {
                 .map_err(|e| Error::Agent(e.to_string()))?
                 .block_on(wait),
         };
-        ready.map(drop).map_err(|e| Error::Agent(e.to_string()))
+        ready.map_err(|e| Error::Agent(e.to_string()))
     }
 
     fn cgroup_remove(&self, cgroup: &str) -> Result<()> {
@@ -281,6 +282,26 @@ impl Host for RealHost {
     fn netns_exists(&self, name: &str) -> bool {
         netns::path(name).exists()
     }
+}
+
+/// Waits for the agent: polled every half millisecond while it is most likely starting
+/// (it listens within a few milliseconds of runc returning), then with the client's backoff.
+async fn agent_ready(
+    client: &agent::AgentClient,
+    timeout: Duration,
+) -> Result<(), agent::ClientError> {
+    const FAST: Duration = Duration::from_millis(50);
+    let start = std::time::Instant::now();
+    while start.elapsed() < FAST.min(timeout) {
+        if client.hello().await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    }
+    client
+        .wait_ready(timeout.saturating_sub(start.elapsed()))
+        .await
+        .map(drop)
 }
 
 fn read_u64(path: &Path) -> Result<u64> {

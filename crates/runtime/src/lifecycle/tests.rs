@@ -32,6 +32,7 @@ fn ctx<'a>(env: &'a Env, host: &'a FakeHost) -> Ctx<'a> {
         net: &env.net,
         agent_bin: &env.agent,
         ready_timeout: Duration::from_secs(1),
+        restore_images: None,
     }
 }
 

@@ -99,6 +99,19 @@ impl Disks {
         disk::cleanup_stale(&paths.dir).map(drop).map_err(disk_err)
     }
 
+    /// Runs `f` on a disk this process has mounted (or adopted).
+    pub fn with_mounted<T>(
+        &self,
+        disk: &str,
+        f: impl FnOnce(&MountedDisk) -> Result<T>,
+    ) -> Result<T> {
+        let map = self.mounted.lock().unwrap_or_else(|p| p.into_inner());
+        let m = map
+            .get(disk)
+            .ok_or_else(|| Error::InvalidSpec(format!("disk {disk} is not mounted here")))?;
+        f(m)
+    }
+
     pub fn delete(&self, disk: &str) -> Result<()> {
         match self.store.delete_disk(disk) {
             Err(blockstore::Error::DiskNotFound(_)) => Ok(()),

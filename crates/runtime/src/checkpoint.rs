@@ -1,0 +1,281 @@
+//! Checkpoints and restores of sandboxes.
+//!
+//! FILESYSTEM: freeze the sandbox's ext4, seal its disk (the overlay becomes a sealed
+//! layer), thaw. MEMORY: `runc pause`, freeze + seal + thaw the disk while every process is
+//! stopped, `runc checkpoint --leave-running` (CRIU) of the still-paused tree, `runc
+//! resume`: the dump and the sealed layer describe the same instant (a restored copy must
+//! see exactly the disk its open files were dumped against). The source keeps running.
+//!
+//! A restore forks a new disk from the snapshot's layer, makes a fresh network namespace
+//! (and address) first, writes a bundle like a create, and runs `runc restore` of the
+//! memory images instead of booting the init; FILESYSTEM snapshots boot cold on the layer.
+//! Afterwards the agent is told the sandbox's fork identity and the after-restore hooks run.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tracing::{debug, warn};
+
+use crate::error::{Error, IoContext, Result};
+use crate::host::CriuPaths;
+use crate::layout::{Record, SandboxPaths};
+use crate::lifecycle::{self, Ctx};
+use crate::spec::SandboxSpec;
+
+/// What a checkpoint captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    /// The disk only; restores boot cold.
+    Filesystem,
+    /// Disk, memory and the running process tree; restores resume warm.
+    Memory,
+}
+
+/// How long the steps of a checkpoint took, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointTimes {
+    /// Time the sandbox's processes were stopped (memory) or its disk frozen (filesystem).
+    pub paused_ms: f64,
+    pub seal_ms: f64,
+    pub dump_ms: f64,
+    pub total_ms: f64,
+}
+
+/// A completed checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    pub kind: CheckpointKind,
+    /// The sealed disk layer (the disk's state at the checkpoint).
+    pub layer: String,
+    /// CRIU images, for memory checkpoints.
+    pub memory_dir: Option<PathBuf>,
+    /// Bytes of the sealed layer on the host.
+    pub disk_bytes: u64,
+    /// Bytes of the memory images.
+    pub memory_bytes: u64,
+    pub times: CheckpointTimes,
+}
+
+/// What a restore starts from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotSource {
+    /// Sealed layer the new disk forks from.
+    pub layer: String,
+    /// CRIU images of a memory snapshot; `None` boots cold.
+    pub memory_dir: Option<PathBuf>,
+}
+
+/// What happens in a restored sandbox before it is handed out.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreOptions {
+    /// Fork identity told to the agent (written to /etc/sandfork/fork inside).
+    pub identity: Option<agent::proto::Identity>,
+    /// Commands run in order right after the restore; a failing one fails the restore.
+    pub hooks: Vec<agent::proto::ExecRequest>,
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn fail(msg: impl Into<String>) -> Error {
+    Error::Checkpoint(msg.into())
+}
+
+/// Checkpoints running sandbox `id`. Memory images go to `memory_dir` (created; absolute
+/// after canonicalisation). On failure nothing is left in `memory_dir` and the sandbox
+/// runs on.
+pub fn checkpoint(
+    ctx: &Ctx<'_>,
+    id: &str,
+    kind: CheckpointKind,
+    memory_dir: Option<&Path>,
+) -> Result<CheckpointInfo> {
+    let record = lifecycle::load(ctx, id)?;
+    if !lifecycle::is_running(ctx, &record)? {
+        return Err(fail(format!("sandbox {id} is not running")));
+    }
+    match (kind, memory_dir) {
+        (CheckpointKind::Filesystem, _) => checkpoint_fs(ctx, &record),
+        (CheckpointKind::Memory, Some(dir)) => {
+            std::fs::create_dir_all(dir).at(dir)?;
+            let dir = dir.canonicalize().at(dir)?;
+            let r = checkpoint_memory(ctx, &record, &dir);
+            if r.is_err() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            r
+        }
+        (CheckpointKind::Memory, None) => Err(fail("a memory checkpoint needs an image directory")),
+    }
+}
+
+/// Seals the frozen disk, thawing it whatever happens.
+fn seal(ctx: &Ctx<'_>, record: &Record) -> Result<String> {
+    let disk = &record.names.disk;
+    ctx.host.disk_freeze(disk)?;
+    let sealed = ctx.host.disk_seal_frozen(disk);
+    let thawed = ctx.host.disk_thaw(disk);
+    let layer = sealed?;
+    thawed?;
+    Ok(layer)
+}
+
+fn checkpoint_fs(ctx: &Ctx<'_>, record: &Record) -> Result<CheckpointInfo> {
+    let t = Instant::now();
+    let layer = seal(ctx, record)?;
+    let total = ms(t);
+    Ok(CheckpointInfo {
+        kind: CheckpointKind::Filesystem,
+        disk_bytes: ctx.host.layer_bytes(&layer).unwrap_or(0),
+        layer,
+        memory_dir: None,
+        memory_bytes: 0,
+        times: CheckpointTimes {
+            paused_ms: total,
+            seal_ms: total,
+            dump_ms: 0.0,
+            total_ms: total,
+        },
+    })
+}
+
+fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<CheckpointInfo> {
+    let (root, name) = (ctx.runc_root(), &record.names.container);
+    let paths = ctx.layout.sandbox(&record.spec.id);
+    let work = paths.dir.join("criu-dump");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir(&work).at(&work)?;
+    let t = Instant::now();
+    ctx.host.runc_pause(&root, name)?;
+    let mut times = CheckpointTimes::default();
+    let dumped = seal(ctx, record).and_then(|layer| {
+        times.seal_ms = ms(t);
+        let criu = CriuPaths {
+            images: dir,
+            work: &work,
+        };
+        ctx.host.runc_checkpoint(&root, name, criu)?;
+        times.dump_ms = ms(t) - times.seal_ms;
+        Ok(layer)
+    });
+    // Whatever happened, the source runs on.
+    let _ = ctx.host.disk_thaw(&record.names.disk);
+    let resumed = ctx.host.runc_resume(&root, name);
+    times.paused_ms = ms(t);
+    keep_log(&work, &paths, "dump.log");
+    let layer = dumped?;
+    resumed?;
+    times.total_ms = ms(t);
+    debug!(id = %record.spec.id, ?times, "memory checkpoint");
+    Ok(CheckpointInfo {
+        kind: CheckpointKind::Memory,
+        disk_bytes: ctx.host.layer_bytes(&layer).unwrap_or(0),
+        layer,
+        memory_dir: Some(dir.to_path_buf()),
+        memory_bytes: dir_bytes(dir),
+        times,
+    })
+}
+
+/// Moves a CRIU log into the sandbox's logs and removes the work directory.
+fn keep_log(work: &Path, paths: &SandboxPaths, log: &str) {
+    let _ = std::fs::rename(work.join(log), paths.logs().join(log));
+    let _ = std::fs::remove_dir_all(work);
+}
+
+/// Total size of the regular files in `dir` (not recursive: CRIU images are flat).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// `runc restore` into a prepared bundle (called by the lifecycle's start step).
+pub(crate) fn runc_restore(
+    ctx: &Ctx<'_>,
+    paths: &SandboxPaths,
+    record: &Record,
+    images: &Path,
+) -> Result<()> {
+    let work = paths.dir.join("criu-restore");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir(&work).at(&work)?;
+    let criu = CriuPaths {
+        images,
+        work: &work,
+    };
+    let r = ctx
+        .host
+        .runc_restore(&ctx.runc_root(), &record.names.container, paths, criu);
+    keep_log(&work, paths, "restore.log");
+    r
+}
+
+/// Creates sandbox `spec.id` from a snapshot: a disk forked from its layer, then a warm
+/// restore of its memory images or a cold boot. On failure nothing is left behind.
+pub fn restore(ctx: &Ctx<'_>, mut spec: SandboxSpec, from: &SnapshotSource) -> Result<Record> {
+    spec.image.layer.clone_from(&from.layer);
+    let Some(images) = &from.memory_dir else {
+        return lifecycle::create(ctx, spec);
+    };
+    if !images.is_absolute() {
+        return Err(fail(format!(
+            "memory image directory {} is not absolute",
+            images.display()
+        )));
+    }
+    let warm = Ctx {
+        host: ctx.host,
+        layout: ctx.layout,
+        net: ctx.net,
+        agent_bin: ctx.agent_bin,
+        ready_timeout: ctx.ready_timeout,
+        restore_images: Some(images),
+    };
+    let t = Instant::now();
+    let r = lifecycle::create(&warm, spec);
+    if let Err(e) = &r {
+        warn!(error = %e, "restore failed");
+    }
+    debug!(ms = ms(t), "restored");
+    r
+}
+
+/// Tells a restored sandbox's agent its identity and runs the after-restore hooks.
+pub async fn after_restore(agent: &agent::AgentClient, opts: RestoreOptions) -> Result<()> {
+    if let Some(identity) = opts.identity {
+        agent
+            .set_identity(identity)
+            .await
+            .map_err(|e| Error::Agent(format!("setting the fork identity: {e}")))?;
+    }
+    for hook in opts.hooks {
+        let what = std::iter::once(hook.command.clone())
+            .chain(hook.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let out = agent
+            .exec_collect(hook, 1 << 16)
+            .await
+            .map_err(|e| fail(format!("after-restore hook {what:?}: {e}")))?;
+        if out.code() != Some(0) {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(fail(format!(
+                "after-restore hook {what:?} failed ({:?}): {}",
+                out.exit.status,
+                stderr.trim()
+            )));
+        }
+    }
+    Ok(())
+}

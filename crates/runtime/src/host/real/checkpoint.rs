@@ -1,0 +1,119 @@
+//! [`CheckpointHost`] on the real host: runc + CRIU, and the block-store disks.
+
+use std::path::Path;
+
+use super::cmd::{self, run};
+use super::{runc, RealHost};
+use crate::error::{Error, Result};
+use crate::host::checkpoint::{CheckpointHost, CriuPaths};
+use crate::layout::SandboxPaths;
+
+/// Lines of a CRIU log worth quoting in an error: its errors, else its last lines.
+fn criu_log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    // Every CRIU log has a harmless RLIMIT_NOFILE error line.
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Error") && !l.contains("RLIMIT_NOFILE"))
+        .collect();
+    let picked: Vec<&str> = if errors.is_empty() {
+        text.lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect()
+    } else {
+        errors.into_iter().rev().take(3).rev().collect()
+    };
+    picked
+        .iter()
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// Adds what CRIU refused (from its log in the work dir) to a failed runc call.
+fn with_criu_log(e: Error, log: &Path) -> Error {
+    match e {
+        Error::Command { command, detail } => {
+            let tail = criu_log_tail(log);
+            let detail = if tail.is_empty() {
+                detail
+            } else {
+                format!("{detail}; CRIU: {tail}")
+            };
+            Error::Command { command, detail }
+        }
+        other => other,
+    }
+}
+
+fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::Disk(Box::new(e))
+}
+
+impl CheckpointHost for RealHost {
+    fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
+        run(runc(root).args(["pause", id])).map(drop)
+    }
+
+    fn runc_resume(&self, root: &Path, id: &str) -> Result<()> {
+        run(runc(root).args(["resume", id])).map(drop)
+    }
+
+    fn runc_checkpoint(&self, root: &Path, id: &str, criu: CriuPaths<'_>) -> Result<()> {
+        let mut c = runc(root);
+        c.args(["checkpoint", "--leave-running", "--image-path"])
+            .arg(criu.images)
+            .arg("--work-path")
+            .arg(criu.work)
+            .arg(id);
+        run(&mut c)
+            .map(drop)
+            .map_err(|e| with_criu_log(e, &criu.work.join("dump.log")))
+    }
+
+    fn runc_restore(
+        &self,
+        root: &Path,
+        id: &str,
+        paths: &SandboxPaths,
+        criu: CriuPaths<'_>,
+    ) -> Result<()> {
+        let log = paths.logs().join("runc.log");
+        let mut c = runc(root);
+        c.arg("--log")
+            .arg(&log)
+            .args(["restore", "--detach", "--image-path"]);
+        c.arg(criu.images).arg("--work-path").arg(criu.work);
+        c.arg("--bundle").arg(paths.bundle()).arg(id);
+        cmd::run_detached(c, &log, &paths.logs().join("init.log"))
+            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log")))
+    }
+
+    fn disk_freeze(&self, disk: &str) -> Result<()> {
+        self.disks()
+            .with_mounted(disk, |m| m.freeze().map_err(disk_err))
+    }
+
+    fn disk_thaw(&self, disk: &str) -> Result<()> {
+        self.disks()
+            .with_mounted(disk, |m| m.thaw().map_err(disk_err))
+    }
+
+    fn disk_seal_frozen(&self, disk: &str) -> Result<String> {
+        self.disks().with_mounted(disk, |m| {
+            m.seal_frozen().map(|l| l.to_string()).map_err(disk_err)
+        })
+    }
+
+    fn layer_bytes(&self, layer: &str) -> Result<u64> {
+        let id: blockstore::LayerId = layer
+            .parse()
+            .map_err(|_| Error::InvalidSpec(format!("bad layer id {layer:?}")))?;
+        let info = self.disks().store().layer_info(&id).map_err(disk_err)?;
+        Ok(info.bytes_on_disk)
+    }
+}
