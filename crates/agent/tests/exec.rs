@@ -237,6 +237,7 @@ async fn large_output_streams_with_bounded_memory() {
         .unwrap();
     // Let the agent hit backpressure before reading anything.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
     let mut got = 0u64;
     let mut biggest = 0usize;
     let exit = loop {
@@ -254,7 +255,11 @@ async fn large_output_streams_with_bounded_memory() {
     assert!(biggest <= 64 << 10, "chunks are bounded, got {biggest}");
     let hwm = vm_hwm_kib(a.pid());
     let own = vm_hwm_kib(std::process::id() as i32);
-    eprintln!("100 MB exec: agent peak RSS {hwm} KiB, client peak RSS {own} KiB");
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "100 MB exec: {:.0} MB/s, agent peak RSS {hwm} KiB, client peak RSS {own} KiB",
+        total as f64 / 1e6 / secs
+    );
     assert!(hwm > 0 && hwm < 32 << 10, "agent peak RSS {hwm} KiB");
     assert!(own > 0 && own < 64 << 10, "client peak RSS {own} KiB");
 }
