@@ -91,39 +91,62 @@ fn build(
     record: &mut Record,
     done: &mut Vec<Step>,
 ) -> Result<()> {
-    let host = ctx.host;
-    let names = record.names.clone();
-    let spec = record.spec.clone();
-    let t = std::time::Instant::now();
     done.push(Step::RunDir);
-    host.mount_run_dir(paths)?;
+    ctx.host.mount_run_dir(paths)?;
+    // The disk and the network do not depend on each other: made side by side.
+    let (names, spec) = (record.names.clone(), record.spec.clone());
+    let (mut disk_done, mut net_done) = (Vec::new(), Vec::new());
+    let (disk, net) = std::thread::scope(|s| {
+        let disk = s.spawn(|| build_disk(ctx, paths, &names, &spec, &mut disk_done));
+        let net = build_net(ctx, paths, record, &mut net_done);
+        (disk.join(), net)
+    });
+    done.extend(disk_done.into_iter().chain(net_done));
+    disk.unwrap_or_else(|_| Err(Error::Agent("disk setup panicked".into())))?;
+    net?;
+    start(ctx, paths, record, done)
+}
+
+fn build_disk(
+    ctx: &Ctx<'_>,
+    paths: &SandboxPaths,
+    names: &Names,
+    spec: &SandboxSpec,
+    done: &mut Vec<Step>,
+) -> Result<()> {
+    let t = std::time::Instant::now();
     done.push(Step::Disk);
-    host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk created");
+    ctx.host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
     done.push(Step::Mount);
-    host.mount_disk(&names.disk, paths)?;
+    ctx.host.mount_disk(&names.disk, paths)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");
+    Ok(())
+}
+
+fn build_net(
+    ctx: &Ctx<'_>,
+    paths: &SandboxPaths,
+    record: &mut Record,
+    done: &mut Vec<Step>,
+) -> Result<()> {
+    let t = std::time::Instant::now();
     // Made atomically, and possibly refused because the name is taken (by a sandbox of
     // another data directory with the same id): recorded only once it is ours.
-    host.netns_add(&names.netns)?;
+    ctx.host.netns_add(&record.names.netns)?;
     done.push(Step::Netns);
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "netns added");
-    if let NetworkMode::Internet {
-        allow_out,
-        deny_out,
-    } = &spec.network
-    {
+    if let NetworkMode::Internet { allow_out, deny_out } = &record.spec.network {
         done.push(Step::Lease);
         let alloc = net::lease(ctx.net, &owner(paths))?;
         record.net = Some(alloc.clone());
         record.save(&paths.record())?;
         done.push(Step::Veth);
-        host.veth_add(&names.netns, &alloc)?;
+        ctx.host.veth_add(&record.names.netns, &alloc)?;
         done.push(Step::Nft);
-        host.nft_prepare()?;
-        host.nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
+        ctx.host.nft_prepare()?;
+        ctx.host.nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
     }
-    start(ctx, paths, record, done)
+    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "network ready");
+    Ok(())
 }
 
 /// Writes the bundle, runs the container and waits for its agent.

@@ -129,8 +129,10 @@ async fn filesystem_restore_has_files_not_processes() {
         .unwrap();
     let (_, kept, _) = sh(&child.agent(), "cat /kept").await;
     assert_eq!(kept.trim(), "kept");
-    let (_, ps, _) = sh(&child.agent(), "ps | grep -c 'sleep 1000' || true").await;
-    assert_eq!(ps.trim(), "1", "only grep itself matches: {ps}");
+    let (_, ps, _) = sh(&src.agent(), "ps | grep -c '[s]leep 1000' || true").await;
+    assert_eq!(ps.trim(), "1", "the source runs it: {ps}");
+    let (_, ps, _) = sh(&child.agent(), "ps | grep -c '[s]leep 1000' || true").await;
+    assert_eq!(ps.trim(), "0", "a cold boot runs no old process: {ps}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
