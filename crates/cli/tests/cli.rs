@@ -429,3 +429,77 @@ fn sigterm_stops_cleanly_and_state_survives() {
     assert_eq!(d.json(&["inspect", &id])["state"], "running");
     assert_eq!(d.ok(&["exec", &id, "--", "echo", "again"]), "again\n");
 }
+
+#[test]
+fn kill9_during_creates_leaks_nothing() {
+    let mut d = Daemon::start();
+    d.ok(&["run", "--", "true"]); // The default image exists before the rush.
+    let url = format!("unix://{}", d.socket().display());
+    let clients: Vec<Child> = (0..6)
+        .map(|_| {
+            Command::new(BIN)
+                .args(["create", "--memory-mb", "64"])
+                .env("SANDFORK_URL", &url)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(250));
+    d.kill9();
+    for mut c in clients {
+        let _ = c.wait();
+    }
+    d.spawn();
+    let all: Vec<Value> = ["running", "failed", "creating", "terminating"]
+        .iter()
+        .flat_map(|s| {
+            d.json(&["ls", "--state", s])["sandboxes"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    let states: Vec<&str> = all.iter().map(|s| s["state"].as_str().unwrap()).collect();
+    eprintln!("after restart: {states:?}");
+    for sb in &all {
+        let state = sb["state"].as_str().unwrap();
+        assert!(state == "running" || state == "failed", "{sb}");
+        if state == "running" {
+            d.ok(&["exec", sb["id"].as_str().unwrap(), "--", "true"]);
+        }
+    }
+    for sb in &all {
+        let id = sb["id"].as_str().unwrap();
+        if sb["state"] == "running" {
+            d.ok(&["rm", id]);
+        }
+        assert!(
+            traces(&d.data(), id).is_empty(),
+            "{id}: {:?}",
+            traces(&d.data(), id)
+        );
+    }
+    let left = std::fs::read_dir(d.data().join("sandboxes"))
+        .map(|r| r.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "sandbox directories left");
+    let runc = Command::new("runc")
+        .arg("--root")
+        .arg(d.data().join("runc"))
+        .args(["list", "-q"])
+        .output()
+        .unwrap();
+    assert!(
+        runc.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&runc.stdout)
+    );
+    let daemon = d.pid().to_string();
+    let strays: Vec<String> = processes_mentioning(&d.data().to_string_lossy())
+        .into_iter()
+        .filter(|p| !p.contains(" serve --data-dir"))
+        .collect();
+    assert!(strays.is_empty(), "daemon {daemon}, strays: {strays:?}");
+}
