@@ -103,7 +103,9 @@ impl MountedDisk {
     /// Takes over a disk whose server still runs (after a daemon restart).
     pub fn adopt(spec: &DiskSpec, mountpoint: &Path) -> Result<MountedDisk> {
         let stats = stats_of(&spec.run_dir)?;
-        let file = layout::fuse_file(&spec.run_dir);
+        // sysfs names the backing file by its canonical path; canonicalize the run
+        // directory only (a stat inside the FUSE mount would be a needless request).
+        let file = layout::fuse_file(&mounts::canonical(&spec.run_dir));
         let loop_dev = loopdev::attached()
             .into_iter()
             .find(|(_, backing)| *backing == file)

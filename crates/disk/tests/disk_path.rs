@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{pattern, read, write, Fixture};
@@ -191,6 +192,73 @@ fn deep_chains_are_compacted_in_the_background() {
     for i in 0..blockstore::MAX_DEPTH / 2 + 1 {
         assert_eq!(read(m.mountpoint(), &format!("gen{i}")), format!("{i}\n"));
     }
+    m.teardown().unwrap();
+    fx.assert_clean();
+}
+
+/// A memory cgroup for one test, removed on drop. v1 (`memory` hierarchy) or v2.
+struct MemoryCgroup(std::path::PathBuf);
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> MemoryCgroup {
+        let name = format!("sandfork-disk-test-{}", std::process::id());
+        let (dir, file) = if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+            (
+                Path::new("/sys/fs/cgroup/memory").join(name),
+                "memory.limit_in_bytes",
+            )
+        } else {
+            (Path::new("/sys/fs/cgroup").join(name), "memory.max")
+        };
+        std::fs::create_dir(&dir).unwrap();
+        let cg = MemoryCgroup(dir);
+        std::fs::write(cg.0.join(file), limit.to_string()).unwrap();
+        cg
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn a_writer_under_memory_pressure_completes() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("pressure", &fx.base);
+    let cg = MemoryCgroup::new(32 << 20);
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec dd if=/dev/urandom of={}/big bs=1M count=80 conv=fsync",
+        cg.0.display(),
+        m.mountpoint().display()
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    drop(cg);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "writer hung or failed: {status:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(m.mountpoint().join("big")).unwrap().len(),
+        80 << 20
+    );
     m.teardown().unwrap();
     fx.assert_clean();
 }
