@@ -187,7 +187,11 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
             _ = sigterm.recv() => break Signal::SIGTERM,
             _ = sigint.recv() => break Signal::SIGINT,
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors, most likely: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let (agent, slots) = (agent.clone(), slots.clone());
                 tokio::spawn(async move {
                     let Ok(_permit) = slots.acquire_owned().await else { return };
