@@ -191,3 +191,43 @@ async fn identity_is_written_and_exported() {
         Err(ClientError::Agent(_))
     ));
 }
+
+/// Splits a byte string into the frames it holds.
+fn frames(mut bytes: &[u8]) -> Vec<Message> {
+    let mut out = Vec::new();
+    while bytes.len() >= 4 {
+        let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize + 4;
+        out.push(agent::proto::decode_frame(&bytes[..len]).unwrap());
+        bytes = &bytes[len..];
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_protocol_violation_mid_exec_kills_the_process() {
+    let a = TestAgent::start().await;
+    let mut s = raw(&a);
+    let req = agent::proto::ExecRequest {
+        stdin: agent::proto::StdinMode::Stream,
+        ..common::sh("sleep 30")
+    };
+    let mut bytes = Preamble::current().to_bytes().to_vec();
+    bytes.extend(encode_frame(&Message::Request(Request::Exec(req))).unwrap());
+    bytes.extend(encode_frame(&Message::Data(b"ok".to_vec())).unwrap());
+    // Not valid once the request is under way.
+    bytes.extend(encode_frame(&Message::Request(Request::Hello)).unwrap());
+    s.write_all(&bytes).unwrap();
+    let start = std::time::Instant::now();
+    let reply = read_to_close(s);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let got = frames(&reply[Preamble::LEN..]);
+    assert!(matches!(got[0], Message::Started { .. }), "{got:?}");
+    let killed = agent::proto::ExitStatus::Signal {
+        signal: 9,
+        core_dumped: false,
+    };
+    assert!(
+        matches!(got.last(), Some(Message::Exit(e)) if e.status == killed),
+        "{got:?}"
+    );
+}
