@@ -1,8 +1,9 @@
 //! Export and import of a chain segment as one packed artifact.
 //!
 //! Layout: `magic "SFARTIF1" | version u32 | nlayers u32`, then per layer, bottom to top,
-//! its metadata record exactly as stored (see `meta`), followed by its held non-zero
-//! blocks (4096 bytes each) in block order; then `"SFAEND\0\0"` and a blake3 checksum of
+//! its metadata record exactly as stored (see `meta`), zero padding to the next multiple
+//! of 4096 bytes of the artifact, then its held non-zero blocks (4096 bytes each) in
+//! block order; then `"SFAEND\0\0"` and a blake3 checksum of
 //! every byte before the trailer except the data blocks. The blocks need no second
 //! checksum: each is checked against its hash in the (checksummed) metadata.
 
@@ -28,6 +29,8 @@ pub const VERSION: u32 = 1;
 /// Most layers one artifact may carry.
 pub const MAX_LAYERS: u32 = 4096;
 const BS: usize = BLOCK_SIZE as usize;
+/// Bytes of the artifact header.
+const HEADER_LEN: u64 = 16;
 
 /// What an export wrote.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +151,7 @@ impl Store {
             return Err(Error::corrupt(id, "metadata file changed on disk"));
         }
         w.put(&bytes)?;
+        w.put(&[0u8; BS][..padding(w.bytes)])?;
         if let Out::File(f) = w.out {
             if copy_layer(&layer, f)? {
                 let n = layer.data_runs().map(|(_, count)| count).sum::<u64>();
@@ -266,12 +270,17 @@ impl Sink for Importer<'_> {
 fn walk(input: &mut dyn Read, sink: &mut dyn Sink) -> Result<Vec<ArtifactLayer>> {
     let mut r = HashingReader::new(input);
     let count = read_header(&mut r)?;
+    let mut pos = HEADER_LEN;
     let mut layers: Vec<ArtifactLayer> = Vec::new();
     for _ in 0..count {
         let (m, raw) = read_meta(&mut r)?;
         check_links(&m, &layers)?;
+        pos += raw.len() as u64;
+        read_padding(&mut r, padding(pos))?;
+        pos += padding(pos) as u64;
         let out = sink.begin(&m, layers.is_empty())?;
         let data_blocks = read_blocks(&mut r.inner, &m, out.as_ref())?;
+        pos += data_blocks * BLOCK_SIZE;
         sink.end(&m, &raw, out)?;
         layers.push(ArtifactLayer {
             id: m.header.id.clone(),
@@ -282,6 +291,21 @@ fn walk(input: &mut dyn Read, sink: &mut dyn Sink) -> Result<Vec<ArtifactLayer>>
     }
     read_trailer(&mut r)?;
     Ok(layers)
+}
+
+/// Zero bytes after a metadata record up to the next multiple of 4096 from the start of
+/// the artifact, so data blocks sit at aligned offsets (in-kernel copies stay fast).
+fn padding(pos: u64) -> usize {
+    ((BLOCK_SIZE - pos % BLOCK_SIZE) % BLOCK_SIZE) as usize
+}
+
+fn read_padding(r: &mut impl Read, len: usize) -> Result<()> {
+    let mut pad = [0u8; BS];
+    r.read_exact(&mut pad[..len]).map_err(artifact_io)?;
+    if pad[..len].iter().any(|&b| b != 0) {
+        return Err(Error::artifact("non-zero padding"));
+    }
+    Ok(())
 }
 
 /// Decodes one metadata record, keeping its raw bytes.

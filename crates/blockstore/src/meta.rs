@@ -372,7 +372,11 @@ fn decode_hashes(
 ) -> Result<(HashTable, bool), MetaError> {
     let size = header.size_blocks;
     let count = read_u64(r)?;
-    if count == 0 && !header.sealed {
+    if !header.sealed {
+        // An overlay's hashes are recomputed from its data when it is opened.
+        if count != 0 {
+            return Err(invalid("unsealed layer metadata carries hashes"));
+        }
         return Ok((HashTable::new(size), false));
     }
     let data = data_chunks(dirty, zero);
