@@ -102,7 +102,12 @@ fn build(
         (disk.join(), net)
     });
     done.extend(disk_done.into_iter().chain(net_done));
-    disk.unwrap_or_else(|_| Err(Error::Agent("disk setup panicked".into())))?;
+    disk.unwrap_or_else(|_| {
+        Err(Error::Command {
+            command: "disk setup".into(),
+            detail: "panicked".into(),
+        })
+    })?;
     net?;
     start(ctx, paths, record, done)
 }
@@ -116,7 +121,8 @@ fn build_disk(
 ) -> Result<()> {
     let t = std::time::Instant::now();
     done.push(Step::Disk);
-    ctx.host.create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
+    ctx.host
+        .create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
     done.push(Step::Mount);
     ctx.host.mount_disk(&names.disk, paths)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");
@@ -134,7 +140,11 @@ fn build_net(
     // another data directory with the same id): recorded only once it is ours.
     ctx.host.netns_add(&record.names.netns)?;
     done.push(Step::Netns);
-    if let NetworkMode::Internet { allow_out, deny_out } = &record.spec.network {
+    if let NetworkMode::Internet {
+        allow_out,
+        deny_out,
+    } = &record.spec.network
+    {
         done.push(Step::Lease);
         let alloc = net::lease(ctx.net, &owner(paths))?;
         record.net = Some(alloc.clone());
@@ -143,7 +153,8 @@ fn build_net(
         ctx.host.veth_add(&record.names.netns, &alloc)?;
         done.push(Step::Nft);
         ctx.host.nft_prepare()?;
-        ctx.host.nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
+        ctx.host
+            .nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
     }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "network ready");
     Ok(())

@@ -58,27 +58,40 @@ fn internet() -> NetworkMode {
     }
 }
 
-const CREATE_NONE: &[&str] = &[
-    "mount_run_dir",
-    "create_disk",
-    "mount_disk",
-    "netns_add",
-    "write_config",
-    "runc_run",
-    "wait_agent",
-];
-const CREATE_INTERNET: &[&str] = &[
-    "mount_run_dir",
-    "create_disk",
-    "mount_disk",
-    "netns_add",
-    "veth_add",
-    "nft_prepare",
-    "nft_apply",
-    "write_config",
-    "runc_run",
-    "wait_agent",
-];
+const DISK_BRANCH: &[&str] = &["create_disk", "mount_disk"];
+const NET_NONE: &[&str] = &["netns_add"];
+const NET_INTERNET: &[&str] = &["netns_add", "veth_add", "nft_prepare", "nft_apply"];
+const TAIL: &[&str] = &["write_config", "runc_run", "wait_agent"];
+
+fn net_branch(network: bool) -> &'static [&'static str] {
+    if network {
+        NET_INTERNET
+    } else {
+        NET_NONE
+    }
+}
+
+/// `part`, in order, within `ops` (other operations may come in between).
+fn in_order(ops: &[String], part: &[&str]) -> bool {
+    let mut it = ops.iter();
+    part.iter().all(|p| it.any(|o| o == p))
+}
+
+/// The disk and network branches run side by side: each in order, both between the run
+/// directory and the container.
+fn assert_create_order(ops: &[String], network: bool) {
+    let net = net_branch(network);
+    assert_eq!(
+        ops.len(),
+        1 + DISK_BRANCH.len() + net.len() + TAIL.len(),
+        "{ops:?}"
+    );
+    assert_eq!(ops[0], "mount_run_dir");
+    assert!(in_order(ops, DISK_BRANCH), "{ops:?}");
+    assert!(in_order(ops, net), "{ops:?}");
+    assert_eq!(ops[ops.len() - TAIL.len()..], *TAIL, "{ops:?}");
+}
+
 /// Undo of every step, in order.
 const UNDO_ALL: &[&str] = &[
     "runc_kill",
@@ -97,54 +110,59 @@ fn create_runs_steps_in_order() {
     let env = env();
     let host = FakeHost::new();
     let rec = create(&ctx(&env, &host), spec("a", NetworkMode::None)).unwrap();
-    assert_eq!(host.ops(), CREATE_NONE);
+    assert_create_order(&host.ops(), false);
     assert!(rec.net.is_none());
     let host = FakeHost::new();
     let rec = create(&ctx(&env, &host), spec("b", internet())).unwrap();
-    assert_eq!(host.ops(), CREATE_INTERNET);
+    assert_create_order(&host.ops(), true);
     let alloc = rec.net.unwrap();
     assert!(alloc.lease.exists());
-    assert_eq!(
-        Record::load(&env.layout.sandbox("b").record()).unwrap().net,
-        Some(alloc)
-    );
+    let saved = Record::load(&env.layout.sandbox("b").record()).unwrap();
+    assert_eq!(saved.net, Some(alloc));
 }
 
-/// Undo operations expected after the create step running `failed` failed.
-fn expected_undo(failed: &str, network: bool) -> Vec<&'static str> {
-    let attempted_rank = |op: &str| -> usize {
-        let order = [
-            "mount_run_dir",
-            "create_disk",
-            "mount_disk",
-            "netns_add",
-            "veth_add",
-            "nft_prepare",
-            "write_config",
-            "runc_run",
-            "wait_agent",
-        ];
-        order.iter().position(|o| *o == op).unwrap()
+/// The create operations attempted when `failed` fails: the other branch runs to its end.
+fn attempted(failed: &str, network: bool) -> Vec<&'static str> {
+    let net = net_branch(network);
+    let upto = |ops: &[&'static str]| -> Vec<&'static str> {
+        match ops.iter().position(|o| *o == failed) {
+            Some(i) => ops[..=i].to_vec(),
+            None => ops.to_vec(),
+        }
     };
-    let f = attempted_rank(failed);
+    if failed == "mount_run_dir" {
+        return vec!["mount_run_dir"];
+    }
+    let mut ops = vec!["mount_run_dir"];
+    ops.extend(upto(DISK_BRANCH));
+    ops.extend(upto(net));
+    if !DISK_BRANCH.contains(&failed) && !net.contains(&failed) {
+        ops.extend(upto(TAIL));
+    }
+    ops
+}
+
+/// Undo operations expected once `attempted` ran and `failed` failed.
+fn expected_undo(attempted: &[&str], failed: &str) -> Vec<&'static str> {
+    let did = |op: &str| attempted.contains(&op);
     let mut undo = Vec::new();
-    // Container undo covers runc_run and wait_agent failures.
-    if f >= attempted_rank("runc_run") {
+    if did("runc_run") {
         undo.extend(["runc_kill", "runc_delete", "cgroup_remove"]);
     }
-    if network && f >= attempted_rank("nft_prepare") {
+    if did("nft_prepare") {
         undo.push("nft_remove");
     }
-    if network && f >= attempted_rank("veth_add") {
+    if did("veth_add") {
         undo.push("veth_delete");
     }
-    if f > attempted_rank("netns_add") {
+    // A refused network namespace is not ours to delete.
+    if did("netns_add") && failed != "netns_add" {
         undo.push("netns_delete");
     }
-    if f >= attempted_rank("mount_disk") {
+    if did("mount_disk") {
         undo.push("unmount_disk");
     }
-    if f >= attempted_rank("create_disk") {
+    if did("create_disk") {
         undo.push("delete_disk");
     }
     undo.push("unmount_run_dir");
@@ -153,8 +171,10 @@ fn expected_undo(failed: &str, network: bool) -> Vec<&'static str> {
 
 #[test]
 fn failed_create_undoes_every_attempted_step() {
-    for (network, steps) in [(false, CREATE_NONE), (true, CREATE_INTERNET)] {
-        for failed in steps.iter().filter(|s| **s != "nft_apply") {
+    for network in [false, true] {
+        let mut steps = vec!["mount_run_dir"];
+        steps.extend(DISK_BRANCH.iter().chain(net_branch(network)).chain(TAIL));
+        for failed in steps.into_iter().filter(|s| *s != "nft_apply") {
             let env = env();
             let host = FakeHost::new();
             host.fail_on(failed);
@@ -165,12 +185,17 @@ fn failed_create_undoes_every_attempted_step() {
             };
             assert!(create(&ctx(&env, &host), spec("x", mode)).is_err());
             let ops = host.ops();
-            let at = ops.iter().position(|o| o == failed).unwrap();
-            assert_eq!(&ops[..at], &steps[..at], "{failed}");
+            let tried = attempted(failed, network);
+            let (made, undone) = ops.split_at(tried.len().min(ops.len()));
+            let mut made: Vec<&str> = made.iter().map(String::as_str).collect();
+            let mut want = tried.clone();
+            made.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(made, want, "attempted before {failed}");
             assert_eq!(
-                ops[at + 1..].to_vec(),
-                expected_undo(failed, network),
-                "after {failed}"
+                undone,
+                expected_undo(&tried, failed),
+                "undone after {failed}"
             );
             assert!(!env.layout.sandbox("x").dir.exists(), "{failed}");
             assert!(net::leases_owned(&env.net, "").is_empty(), "{failed}");
