@@ -131,9 +131,14 @@ pub fn agent_binary() -> Result<PathBuf> {
 /// Whether `path` is an ELF executable without a program interpreter (statically linked).
 fn is_static_elf(path: &std::path::Path) -> bool {
     const PT_INTERP: u32 = 3;
-    let Ok(bytes) = std::fs::read(path) else {
+    // Headers and program headers sit at the start of the file.
+    let mut bytes = Vec::new();
+    let Ok(file) = std::fs::File::open(path) else {
         return false;
     };
+    if std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 << 10), &mut bytes).is_err() {
+        return false;
+    }
     let u16_at = |o: usize| {
         bytes
             .get(o..o + 2)
