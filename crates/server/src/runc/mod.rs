@@ -8,13 +8,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::client::{AttachEvent, ExecEvent as AgentEvent, WriteOptions};
-use agent::{AgentClient, ClientError};
+use agent::client::WriteOptions;
+use agent::AgentClient;
 use async_trait::async_trait;
 use bytes::Bytes;
-use proto::agent::{
-    DirEntry, ErrorKind, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo,
-};
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
 use runtime::{
@@ -25,68 +23,17 @@ use tokio::sync::mpsc;
 use crate::backend::*;
 use crate::config::Config;
 
+mod errors;
+mod streams;
+
+use errors::{agent_err, error_chain, exec_err, host_err, is_transient};
+use streams::{pump_attach, pump_exec, until_error};
+
 /// The container runtime as the daemon's backend.
 pub struct RuncBackend {
     runtime: Arc<dyn Runtime>,
     images: Arc<Images>,
     agents: Mutex<HashMap<String, AgentClient>>,
-}
-
-fn host_err(e: runtime::Error) -> BackendError {
-    match e {
-        runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
-        runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
-        runtime::Error::PoolExhausted => BackendError::Unavailable(e.to_string()),
-        other => BackendError::Host(error_chain(&other)),
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
-}
-
-/// Whether a runtime error is a lock briefly held elsewhere.
-fn is_transient(e: &runtime::Error) -> bool {
-    error_chain(e).contains("is open in another process")
-}
-
-/// Maps an agent client error to a backend error.
-pub fn agent_err(e: ClientError) -> BackendError {
-    match e {
-        ClientError::Agent(a) => {
-            let m = a.message;
-            match a.kind {
-                ErrorKind::NotFound => BackendError::NotFound(m),
-                ErrorKind::InvalidInput => BackendError::InvalidInput(m),
-                ErrorKind::TooLarge => BackendError::TooLarge(m),
-                ErrorKind::TimedOut => BackendError::TimedOut(m),
-                ErrorKind::PermissionDenied
-                | ErrorKind::IsADirectory
-                | ErrorKind::NotADirectory
-                | ErrorKind::AlreadyExists => BackendError::Conflict(m),
-                ErrorKind::Other => BackendError::Host(m),
-            }
-        }
-        ClientError::TooLarge(n) => BackendError::TooLarge(format!("Output exceeds {n} bytes")),
-        other => BackendError::Unavailable(format!("Agent unreachable: {}", error_chain(&other))),
-    }
-}
-
-/// An exec that fails to start is the caller's mistake (e.g. no such program).
-fn exec_err(e: ClientError) -> BackendError {
-    match agent_err(e) {
-        BackendError::NotFound(m) | BackendError::Conflict(m) | BackendError::InvalidInput(m) => {
-            BackendError::ExecFailed(m)
-        }
-        other => other,
-    }
 }
 
 impl RuncBackend {
@@ -172,88 +119,6 @@ fn booted(h: &runtime::SandboxHandle) -> Booted {
     Booted {
         address: h.address.map(|a| a.to_string()),
     }
-}
-
-/// Pumps an agent exec stream into a bounded channel, adding stream offsets.
-fn pump_exec(mut stream: agent::client::ExecStream) -> Stream<ExecEvent> {
-    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
-    tokio::spawn(async move {
-        let (mut out, mut err) = (0u64, 0u64);
-        loop {
-            let ev = match stream.next().await {
-                Ok(Some(AgentEvent::Stdout(d))) => output(OutputStream::Stdout, &mut out, d),
-                Ok(Some(AgentEvent::Stderr(d))) => output(OutputStream::Stderr, &mut err, d),
-                Ok(Some(AgentEvent::Exit(x))) => Ok(ExecEvent::Exit(x)),
-                Ok(None) => return,
-                Err(e) => Err(agent_err(e)),
-            };
-            let last = !matches!(ev, Ok(ExecEvent::Output { .. }));
-            if tx.send(ev).await.is_err() || last {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn output(stream: OutputStream, pos: &mut u64, data: Vec<u8>) -> BackendResult<ExecEvent> {
-    let offset = *pos;
-    *pos += data.len() as u64;
-    Ok(ExecEvent::Output {
-        stream,
-        offset,
-        data: Bytes::from(data),
-    })
-}
-
-/// The data chunks of `data` as an I/O stream. At the first error it hands the error to
-/// `abort` and never ends, so the agent is not told the file is complete.
-fn until_error(
-    data: Stream<Bytes>,
-    abort: tokio::sync::oneshot::Sender<BackendError>,
-) -> impl futures::Stream<Item = std::io::Result<Bytes>> {
-    futures::stream::unfold((data, Some(abort)), |(mut data, mut abort)| async move {
-        match data.recv().await {
-            Some(Ok(b)) => Some((Ok(b), (data, abort))),
-            Some(Err(e)) => {
-                if let Some(a) = abort.take() {
-                    let _ = a.send(e);
-                }
-                std::future::pending().await
-            }
-            None => None,
-        }
-    })
-}
-
-fn pump_attach(mut stream: agent::client::AttachStream) -> Stream<ExecEvent> {
-    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
-    tokio::spawn(async move {
-        loop {
-            let ev = match stream.next().await {
-                Ok(Some(AttachEvent::Output {
-                    stream,
-                    offset,
-                    data,
-                })) => Ok(ExecEvent::Output {
-                    stream,
-                    offset,
-                    data: Bytes::from(data),
-                }),
-                Ok(Some(AttachEvent::Dropped { stream, from, to })) => {
-                    Ok(ExecEvent::Dropped { stream, from, to })
-                }
-                Ok(Some(AttachEvent::Exit(x))) => Ok(ExecEvent::Exit(x)),
-                Ok(Some(AttachEvent::CaughtUp)) | Ok(None) => return,
-                Err(e) => Err(agent_err(e)),
-            };
-            let last = matches!(ev, Ok(ExecEvent::Exit(_)) | Err(_));
-            if tx.send(ev).await.is_err() || last {
-                return;
-            }
-        }
-    });
-    rx
 }
 
 #[async_trait]

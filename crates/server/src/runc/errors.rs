@@ -1,0 +1,63 @@
+//! Mapping runtime and agent errors to backend errors.
+
+use agent::ClientError;
+use proto::agent::ErrorKind;
+
+use crate::backend::BackendError;
+
+pub fn host_err(e: runtime::Error) -> BackendError {
+    match e {
+        runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
+        runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
+        runtime::Error::PoolExhausted => BackendError::Unavailable(e.to_string()),
+        other => BackendError::Host(error_chain(&other)),
+    }
+}
+
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
+/// Whether a runtime error is a lock briefly held elsewhere.
+pub fn is_transient(e: &runtime::Error) -> bool {
+    error_chain(e).contains("is open in another process")
+}
+
+/// Maps an agent client error to a backend error.
+pub fn agent_err(e: ClientError) -> BackendError {
+    match e {
+        ClientError::Agent(a) => {
+            let m = a.message;
+            match a.kind {
+                ErrorKind::NotFound => BackendError::NotFound(m),
+                ErrorKind::InvalidInput => BackendError::InvalidInput(m),
+                ErrorKind::TooLarge => BackendError::TooLarge(m),
+                ErrorKind::TimedOut => BackendError::TimedOut(m),
+                ErrorKind::PermissionDenied
+                | ErrorKind::IsADirectory
+                | ErrorKind::NotADirectory
+                | ErrorKind::AlreadyExists => BackendError::Conflict(m),
+                ErrorKind::Other => BackendError::Host(m),
+            }
+        }
+        ClientError::TooLarge(n) => BackendError::TooLarge(format!("Output exceeds {n} bytes")),
+        other => BackendError::Unavailable(format!("Agent unreachable: {}", error_chain(&other))),
+    }
+}
+
+/// An exec that fails to start is the caller's mistake (e.g. no such program).
+pub fn exec_err(e: ClientError) -> BackendError {
+    match agent_err(e) {
+        BackendError::NotFound(m) | BackendError::Conflict(m) | BackendError::InvalidInput(m) => {
+            BackendError::ExecFailed(m)
+        }
+        other => other,
+    }
+}
