@@ -43,6 +43,10 @@ enum Op {
         off: u64,
         len: usize,
     },
+    Transfer {
+        disk: usize,
+        to_file: bool,
+    },
     Reopen,
 }
 
@@ -60,7 +64,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => d.clone().prop_map(|disk| Op::Fork { disk }),
         1 => (d.clone(), any::<bool>()).prop_map(|(disk, full)| Op::Compact { disk, full }),
         1 => (d.clone(), 1..8u64).prop_map(|(disk, blocks)| Op::Grow { disk, blocks }),
-        2 => (d, off, 1..30_000usize).prop_map(|(disk, off, len)| Op::Read { disk, off, len }),
+        2 => (d.clone(), off, 1..30_000usize).prop_map(|(disk, off, len)| Op::Read { disk, off, len }),
+        1 => (d.clone(), any::<bool>()).prop_map(|(disk, to_file)| Op::Transfer { disk, to_file }),
         1 => Just(Op::Reopen),
     ]
 }
@@ -188,8 +193,37 @@ impl World {
                     "read mismatch"
                 );
             }
+            Op::Transfer { disk, to_file } => self.transfer(disk % n, to_file),
             Op::Reopen => self.reopen(),
         }
+    }
+
+    /// Exports the disk's last sealed state, imports it into a fresh store and checks a
+    /// fork of it there.
+    fn transfer(&self, disk: usize, to_file: bool) {
+        let Some((id, data)) = &self.disks[disk].sealed else {
+            return;
+        };
+        let mut art = Vec::new();
+        if to_file {
+            let file = tempfile::tempfile().unwrap();
+            self.store.export_file(id, None, &file).unwrap();
+            let mut reader = &file;
+            std::io::Seek::rewind(&mut reader).unwrap();
+            std::io::Read::read_to_end(&mut reader, &mut art).unwrap();
+        } else {
+            self.store.export(id, None, &mut art).unwrap();
+        }
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = Store::open(other_dir.path()).unwrap();
+        assert_eq!(&other.import(&mut &art[..]).unwrap(), id);
+        other
+            .create_disk("copy", data.len() as u64, Some(id))
+            .unwrap();
+        let copy = other.open_disk("copy").unwrap();
+        let mut buf = vec![1u8; data.len()];
+        copy.read_at(&mut buf, 0).unwrap();
+        assert!(&buf == data, "imported copy differs");
     }
 
     fn reopen(&mut self) {
