@@ -3,7 +3,7 @@
 //! so a daemon restart never takes a running sandbox's disk down.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -244,11 +244,14 @@ fn accept_loop(listener: UnixListener, server: Arc<Server>) {
     }
 }
 
+/// Longest control request line; longer ones are cut and fail to parse.
+const MAX_REQUEST: u64 = 64 << 10;
+
 fn handle_client(stream: UnixStream, server: &Arc<Server>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(&stream);
     let mut line = String::new();
-    while reader.read_line(&mut line)? > 0 {
+    while (&mut reader).take(MAX_REQUEST).read_line(&mut line)? > 0 {
         let (resp, stop) = match serde_json::from_str::<Request>(&line) {
             Ok(req) => (server.handle(&req), req == Request::Shutdown),
             Err(e) => (Response::err(format!("bad request: {e}")), false),

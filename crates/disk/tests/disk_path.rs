@@ -163,6 +163,11 @@ fn a_restarted_caller_adopts_a_running_disk() {
     assert!(fx.store.layer_info(&layer).unwrap().sealed);
     let stats = m.stats().unwrap();
     assert!(stats.io.writes > 0 && stats.depth >= 2, "{stats:?}");
+    let answer = raw_request(&spec.run_dir, "{\"op\":\"format\"}\n");
+    assert!(
+        answer.starts_with(r#"{"ok":false,"error":"bad request"#),
+        "{answer}"
+    );
     m.teardown().unwrap();
     fx.assert_clean();
 }
@@ -262,4 +267,17 @@ fn a_writer_under_memory_pressure_completes() {
     assert_eq!(read(m.mountpoint(), "after"), "still writable\n");
     m.teardown().unwrap();
     fx.assert_clean();
+}
+
+/// Sends one raw line to a disk server's control socket and returns its answer line.
+fn raw_request(run_dir: &Path, line: &str) -> String {
+    use std::io::{BufRead, Write};
+    let sock = std::os::unix::net::UnixStream::connect(disk::layout::control_socket(run_dir));
+    let mut sock = sock.unwrap();
+    sock.write_all(line.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(sock)
+        .read_line(&mut answer)
+        .unwrap();
+    answer
 }

@@ -312,8 +312,15 @@ impl DiskFs {
     /// Turns a device result into an errno, counting and logging failures.
     fn check(&self, res: blockstore::Result<()>) -> Result<(), i32> {
         res.map_err(|e| {
-            self.stats.errors.fetch_add(1, Relaxed);
-            eprintln!("disk I/O failed: {e}");
+            // A broken disk fails every request: log the first few, then a sample.
+            let n = self.stats.errors.fetch_add(1, Relaxed);
+            if n < 10 || n.is_multiple_of(10_000) {
+                eprintln!(
+                    "disk I/O failed ({} so far): {}",
+                    n + 1,
+                    crate::error_chain(&e)
+                );
+            }
             errno_of(&e)
         })
     }
