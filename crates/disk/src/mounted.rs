@@ -334,7 +334,7 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
         .arg(&spec.store)
         .args(["--disk", &spec.disk])
         .arg("--dir")
-        .arg(&spec.run_dir)
+        .arg(mounts::canonical(&spec.run_dir))
         .args(["--threads", &opts.threads.to_string()])
         .args(["--open-flags", &opts.open_flags.to_string()])
         .args(["--ready-fd", &wr.as_raw_fd().to_string(), "--detach"])
