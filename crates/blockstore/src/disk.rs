@@ -162,9 +162,7 @@ impl Disk {
         let _gc = self.store.gc_shared()?;
         let mut st = self.state.write();
         let ov = st.overlay.clone();
-        let fresh = self
-            .store
-            .create_layer(Some(ov.id.clone()), st.size / BS, false)?;
+        let fresh = self.store.create_layer(Some(ov.id.clone()), st.size / BS)?;
         let mut m = st.manifest();
         m.chain.push(ov.id.clone());
         m.overlay = fresh.id.clone();

@@ -150,29 +150,21 @@ impl Store {
             Err(e) => return Err(e),
         }
         let _gc = self.gc_shared()?;
-        let fresh = self.create_layer(Some(m.overlay.clone()), m.size / BLOCK_SIZE, true)?;
+        let fresh = self.create_layer(Some(m.overlay.clone()), m.size / BLOCK_SIZE)?;
         m.chain
             .push(std::mem::replace(&mut m.overlay, fresh.id.clone()));
         self.write_manifest(name, &m)?;
         Ok(m)
     }
 
-    /// Creates an empty unsealed layer in layers/. Callers hold the gc lock shared until
-    /// they publish a reference to it. With `durable` false the layer becomes durable at
-    /// its first flush or seal.
-    pub(crate) fn create_layer(
-        &self,
-        parent: Option<LayerId>,
-        blocks: u64,
-        durable: bool,
-    ) -> Result<Layer> {
+    /// Creates an empty overlay layer in layers/. Callers hold the gc lock shared until
+    /// they publish a reference to it. Nothing is synced: the layer becomes durable with
+    /// its first flush or seal, and `Disk::open` recreates it (empty, as it was) if a
+    /// power cut lost it before then.
+    pub(crate) fn create_layer(&self, parent: Option<LayerId>, blocks: u64) -> Result<Layer> {
         let id = LayerId::random()?;
         let direct = self.opts().direct_io;
-        let layer = Layer::create(&self.layer_dir(&id), id, parent, blocks, direct, durable)?;
-        if durable {
-            fsutil::fsync_dir(&self.dir("layers"))?;
-        }
-        Ok(layer)
+        Layer::create(&self.layer_dir(&id), id, parent, blocks, direct, false)
     }
 
     pub(crate) fn read_manifest(&self, name: &str) -> Result<Manifest> {
@@ -247,7 +239,7 @@ impl Store {
             Some(b) => self.checked_base(b, size)?,
             None => Vec::new(),
         };
-        let overlay = self.create_layer(base.cloned(), size / BLOCK_SIZE, true)?;
+        let overlay = self.create_layer(base.cloned(), size / BLOCK_SIZE)?;
         let m = Manifest {
             version: 1,
             size,
