@@ -85,17 +85,20 @@ pub struct SandboxOpts {
     /// Image name (default busybox).
     #[arg(long)]
     pub image: Option<String>,
+    /// CPU cores (default 1).
     #[arg(long)]
     pub cpus: Option<f64>,
+    /// Memory limit in MiB (default 512).
     #[arg(long)]
     pub memory_mb: Option<u64>,
+    /// Root disk size in MiB (default: the image's).
     #[arg(long)]
     pub disk_mb: Option<u64>,
     /// Environment variable K=V (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
-    /// none or internet.
-    #[arg(long)]
+    /// Network access: loopback only, or egress to the internet.
+    #[arg(long, value_parser = ["none", "internet"])]
     pub network: Option<String>,
 }
 
