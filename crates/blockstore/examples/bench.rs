@@ -110,6 +110,22 @@ fn bench_seal(root: &Path, quick: bool, rng: &mut Rng) {
     }
 }
 
+/// Median latency of writing and fsyncing a 4 KiB file: the unit most metadata costs
+/// are made of, printed so the other figures can be read against the machine's state.
+fn bench_fsync(root: &Path) {
+    let path = root.join("fsync-probe");
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let t = Instant::now();
+        let mut f = File::create(&path).unwrap();
+        std::io::Write::write_all(&mut f, &[1u8; 4096]).unwrap();
+        f.sync_all().unwrap();
+        times.push(ms(t.elapsed()));
+    }
+    std::fs::remove_file(&path).unwrap();
+    emit("fsync_4k_file", median(times), "ms", None);
+}
+
 fn bench_fork(root: &Path, rng: &mut Rng) {
     let store = Store::open(root).unwrap();
     store.create_disk("base", 4 * GIB, None).unwrap();
@@ -266,6 +282,7 @@ fn main() {
     let run = |suite: &str| only.is_none_or(|o| o == suite);
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x9e3779b97f4a7c15);
+    bench_fsync(dir.path());
     if run("seal") {
         bench_seal(dir.path(), quick, &mut rng);
     }
