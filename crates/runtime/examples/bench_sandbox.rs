@@ -170,6 +170,7 @@ fn bare_bundle(dir: &Path, id: &str, args: &[&str]) -> Result<(PathBuf, serde_js
         agent_bin: Path::new("/bin/busybox"),
         netns: Path::new("/proc/1/ns/net"),
         cgroup: "",
+        resolv_conf: None,
         nofile: 1024,
     };
     let mut config = runtime::oci::to_value(&runtime::oci::config(&s, &host));

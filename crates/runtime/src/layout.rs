@@ -79,6 +79,10 @@ impl SandboxPaths {
     pub fn disk(&self) -> PathBuf {
         self.dir.join("disk")
     }
+    /// Resolver configuration bound at /etc/resolv.conf (sandboxes with `internet`).
+    pub fn resolv_conf(&self) -> PathBuf {
+        self.dir.join("resolv.conf")
+    }
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }

@@ -165,12 +165,14 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     let netns = Path::new("/run/netns").join(&record.names.netns);
     let rootfs = paths.rootfs();
     let run_dir = paths.run();
+    let resolv = resolv_conf(paths, record)?;
     let host_paths = oci::HostPaths {
         rootfs: &rootfs,
         run_dir: &run_dir,
         agent_bin: &record.agent_bin,
         netns: &netns,
         cgroup: &record.names.cgroup,
+        resolv_conf: resolv.as_deref(),
         nofile: nofile_limit(),
     };
     let config = oci::config(&record.spec, &host_paths);
@@ -187,6 +189,18 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     ctx.host.wait_agent(paths, ctx.ready_timeout)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
     Ok(())
+}
+
+/// Writes the resolver configuration of a sandbox with `internet` (the host's usable
+/// nameservers) into its directory; `None` without network.
+fn resolv_conf(paths: &SandboxPaths, record: &Record) -> Result<Option<PathBuf>> {
+    if record.net.is_none() {
+        return Ok(None);
+    }
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let path = paths.resolv_conf();
+    std::fs::write(&path, net::resolv_conf(&host)).map_err(|e| Error::io(&path, e))?;
+    Ok(Some(path))
 }
 
 /// Boots a stopped sandbox again on its disk (a cold boot).

@@ -204,6 +204,29 @@ pub fn sandbox_rules_removal(alloc: &NetAlloc) -> Vec<String> {
     ]
 }
 
+/// The resolver configuration of a sandbox with `internet`: the host's, less nameservers
+/// on loopback (the sandbox's loopback is its own) and less anything but
+/// `nameserver`, `search` and `options` lines.
+pub fn resolv_conf(host: &str) -> String {
+    let mut out = String::new();
+    for line in host.lines().map(str::trim) {
+        let mut words = line.split_whitespace();
+        let keep = match words.next() {
+            Some("nameserver") => words
+                .next()
+                .and_then(|a| a.parse::<std::net::IpAddr>().ok())
+                .is_some_and(|a| !a.is_loopback()),
+            Some("search" | "options") => true,
+            _ => false,
+        };
+        if keep {
+            out += line;
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn cidr_list(list: &[Cidr]) -> String {
     list.iter()
         .map(|c| c.to_string())
@@ -236,6 +259,16 @@ mod tests {
         let c2 = lease(&c, "d/c").unwrap();
         assert_eq!(c2.index, a.index);
         assert_eq!(leases_owned(&c, "d/").len(), 2);
+    }
+
+    #[test]
+    fn resolv_conf_drops_loopback_resolvers() {
+        let host = "# c\nnameserver 127.0.0.53\nnameserver 10.1.2.3\nnameserver ::1\n\
+                    search example.org\noptions edns0\nsortlist x\n";
+        assert_eq!(
+            resolv_conf(host),
+            "nameserver 10.1.2.3\nsearch example.org\noptions edns0\n"
+        );
     }
 
     #[test]

@@ -182,6 +182,8 @@ pub struct HostPaths<'a> {
     pub agent_bin: &'a Path,
     pub netns: &'a Path,
     pub cgroup: &'a str,
+    /// Host-owned resolver configuration to bind read-only at /etc/resolv.conf.
+    pub resolv_conf: Option<&'a Path>,
     /// RLIMIT_NOFILE given to the sandbox; at most the host's hard limit, since raising a
     /// limit needs CAP_SYS_RESOURCE, which the host may not have.
     pub nofile: u64,
@@ -266,7 +268,7 @@ fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Mount {
 fn mounts(host: &HostPaths<'_>) -> Vec<Mount> {
     let agent = host.agent_bin.to_string_lossy();
     let run = host.run_dir.to_string_lossy();
-    vec![
+    let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
         mount(
             "/dev",
@@ -323,7 +325,13 @@ fn mounts(host: &HostPaths<'_>) -> Vec<Mount> {
             &agent,
             &["bind", "ro", "nosuid", "nodev"],
         ),
-    ]
+    ];
+    if let Some(resolv) = host.resolv_conf {
+        let source = resolv.to_string_lossy();
+        let options = ["bind", "ro", "nosuid", "nodev", "noexec"];
+        mounts.push(mount("/etc/resolv.conf", "bind", &source, &options));
+    }
+    mounts
 }
 
 fn resources(spec: &SandboxSpec) -> LinuxResources {
@@ -392,6 +400,7 @@ mod tests {
             agent_bin: Path::new("/opt/agent"),
             netns: Path::new("/run/netns/sf-sb-1"),
             cgroup: "/sandfork/sb-1",
+            resolv_conf: None,
             nofile: 20000,
         };
         to_value(&config(&spec(), &host))
@@ -492,6 +501,30 @@ mod tests {
         let env = v["process"]["env"].as_array().unwrap();
         assert!(env.iter().any(|e| e == "LANG=C.UTF-8"));
         assert!(env.iter().any(|e| e == "HOSTNAME=sb-1"));
+    }
+
+    #[test]
+    fn resolver_bound_read_only_when_given() {
+        let none = generated();
+        let has = |v: &serde_json::Value| {
+            let m = v["mounts"].as_array().unwrap();
+            m.iter()
+                .find(|m| m["destination"] == "/etc/resolv.conf")
+                .cloned()
+        };
+        assert!(has(&none).is_none());
+        let host = HostPaths {
+            rootfs: Path::new("/d/rootfs"),
+            run_dir: Path::new("/d/run"),
+            agent_bin: Path::new("/opt/agent"),
+            netns: Path::new("/run/netns/sf-sb-1"),
+            cgroup: "/sandfork/sb-1",
+            resolv_conf: Some(Path::new("/d/resolv.conf")),
+            nofile: 20000,
+        };
+        let m = has(&to_value(&config(&spec(), &host))).unwrap();
+        assert_eq!(m["source"], "/d/resolv.conf");
+        assert!(m["options"].as_array().unwrap().iter().any(|o| o == "ro"));
     }
 
     #[test]

@@ -144,6 +144,12 @@ async fn internet_reaches_outside_but_not_the_host() {
     let agent = sb.agent();
     let (_, out, _) = sh(&agent, &wget(net.addr)).await;
     assert_eq!(out, "hello\nrc=0\n");
+    // The host's usable resolvers, read-only.
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let (_, resolv, _) = sh(&agent, "cat /etc/resolv.conf").await;
+    assert_eq!(resolv, runtime::net::resolv_conf(&host_resolv));
+    let (code, _, _) = sh(&agent, "echo x > /etc/resolv.conf").await;
+    assert_ne!(code, Some(0));
     // A service on the host, listening on every address, is out of reach.
     let host_listener = TcpListener::bind(("0.0.0.0", 0)).unwrap();
     let port = host_listener.local_addr().unwrap().port();
