@@ -93,12 +93,19 @@ pub struct BuildDir {
 }
 
 impl BuildDir {
+    /// A fresh directory `.build-<name>-<pid>-<n>`: concurrent builds never share one.
     pub fn new(parent: &Path, name: &str) -> Result<BuildDir> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         std::fs::create_dir_all(parent).at(parent)?;
-        let path = parent.join(format!(".build-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir(&path).at(&path)?;
-        Ok(BuildDir { path })
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = parent.join(format!(".build-{name}-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(BuildDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -165,7 +172,7 @@ impl Images {
         serde_json::from_slice(&bytes).map_err(|source| Error::Record { path, source })
     }
 
-    /// All images, by name.
+    /// All images, by name; unreadable records are skipped.
     pub fn list(&self) -> Result<Vec<ImageMeta>> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(Vec::new());
@@ -173,8 +180,13 @@ impl Images {
         let mut out = Vec::new();
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(n) = name.strip_suffix(".json") {
-                out.push(self.get(n)?);
+            let Some(n) = name.strip_suffix(".json") else {
+                continue;
+            };
+            match self.get(n) {
+                Ok(meta) => out.push(meta),
+                // One unreadable record must not hide the other images.
+                Err(e) => tracing::warn!(image = n, error = %e, "skipping image record"),
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
