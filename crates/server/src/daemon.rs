@@ -26,6 +26,12 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("Cannot listen on {addr}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("Another daemon is already serving {0}")]
     AlreadyRunning(std::path::PathBuf),
     #[error("Cannot open the state database")]
@@ -61,7 +67,9 @@ impl Daemon {
         let unix = bind_unix(&socket).await?;
         let tcp = match (config.listen, token) {
             (Some(addr), Some(token)) => {
-                let l = TcpListener::bind(addr).await.map_err(io_at(&socket))?;
+                let l = TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| DaemonError::Bind { addr, source })?;
                 Some((l, token))
             }
             _ => None,
