@@ -69,6 +69,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
         open_flags: disk::fuse::DEFAULT_OPEN_FLAGS,
         compact_depth: blockstore::MAX_DEPTH / 2,
         direct_io: true,
+        uring: false,
     };
     let (mut store, mut name, mut detach) = (None, None, false);
     let mut it = args.iter();
@@ -84,6 +85,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
             "--open-flags" => a.open_flags = value()?.parse().context("--open-flags")?,
             "--detach" => detach = true,
             "--buffered" => a.direct_io = false,
+            "--uring" => a.uring = true,
             other => bail!("unknown option {other}"),
         }
     }
@@ -157,6 +159,7 @@ fn mount(o: &Opts) -> Result<()> {
     if o.0.get("buffered").is_some_and(|b| b == "1") {
         opts.direct_io = false;
     }
+    opts.uring = o.0.get("uring").is_some_and(|b| b == "1");
     if let Some(f) = o.0.get("open-flags") {
         opts.open_flags = f.parse().context("--open-flags")?;
     }

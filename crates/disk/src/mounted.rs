@@ -39,6 +39,8 @@ pub struct MountOptions {
     pub open_flags: u32,
     /// The server opens the store's data files with O_DIRECT.
     pub direct_io: bool,
+    /// The server takes FUSE requests over io_uring where the kernel offers it.
+    pub uring: bool,
 }
 
 impl Default for MountOptions {
@@ -49,6 +51,7 @@ impl Default for MountOptions {
             grow_fs: true,
             open_flags: crate::fuse::DEFAULT_OPEN_FLAGS,
             direct_io: true,
+            uring: false,
         }
     }
 }
@@ -328,6 +331,9 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
     cmd.arg("serve");
     if !opts.direct_io {
         cmd.arg("--buffered");
+    }
+    if opts.uring {
+        cmd.arg("--uring");
     }
     let mut child = cmd
         .arg("--store")

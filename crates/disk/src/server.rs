@@ -38,6 +38,9 @@ pub struct ServeArgs {
     pub compact_depth: usize,
     /// Open the store's data files with O_DIRECT (the default; see docs/disk-path.md).
     pub direct_io: bool,
+    /// Take requests over io_uring when the kernel offers it (turns the host's
+    /// `enable_uring` parameter on).
+    pub uring: bool,
 }
 
 /// The disk being served: a block-store disk, or a plain file.
@@ -138,11 +141,23 @@ fn start(args: &ServeArgs) -> Result<Running> {
     let backend = Backend::open(args)?;
     let fuse_dir = layout::fuse_dir(&args.dir);
     std::fs::create_dir_all(&fuse_dir).map_err(Error::io("create the FUSE mount directory"))?;
+    if args.uring {
+        if let Err(e) = crate::fuse::uring::enable() {
+            eprintln!("disk server: cannot enable FUSE over io_uring: {e}");
+        }
+    }
     let opts = FsOptions {
         open_flags: args.open_flags,
+        uring: args.uring,
         ..FsOptions::default()
     };
     let export = Export::start(backend.device(), &fuse_dir, args.threads, opts)?;
+    let via = if export.uses_uring() {
+        "io_uring"
+    } else {
+        "/dev/fuse"
+    };
+    eprintln!("disk server: serving {} over {via}", backend.name());
     let sock = layout::control_socket(&args.dir);
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(Error::io("bind the control socket"))?;

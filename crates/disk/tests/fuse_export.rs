@@ -18,6 +18,10 @@ struct Fixture {
 }
 
 fn start() -> Fixture {
+    start_with(FsOptions::default())
+}
+
+fn start_with(opts: FsOptions) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let backing = dir.path().join("backing.img");
     let f = File::create(&backing).unwrap();
@@ -25,7 +29,7 @@ fn start() -> Fixture {
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let dev = Arc::new(FileDevice::open(&backing).unwrap());
-    let export = Export::start(dev, &mnt, 4, FsOptions::default()).unwrap();
+    let export = Export::start(dev, &mnt, 4, opts).unwrap();
     Fixture {
         _dir: dir,
         backing,
@@ -176,4 +180,33 @@ fn the_export_lists_one_file_and_counts_io() {
     let stats = fx.export.as_ref().unwrap().stats();
     assert!(stats.reads >= 1 && stats.read_bytes >= 4096, "{stats:?}");
     assert!(File::open(fx.file().with_file_name("other")).is_err());
+}
+
+#[test]
+fn requests_over_io_uring_round_trip() {
+    let have_uring = std::path::Path::new(disk::fuse::uring::ENABLE_PARAM).exists();
+    if have_uring {
+        disk::fuse::uring::enable().unwrap();
+    }
+    let fx = start_with(FsOptions {
+        uring: true,
+        ..FsOptions::default()
+    });
+    assert_eq!(fx.export.as_ref().unwrap().uses_uring(), have_uring);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fx.file())
+        .unwrap();
+    for (i, (off, len)) in [(0u64, 4096usize), (5000, 300_000), (SIZE - 4096, 4096)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(40 + i as u64, len);
+        f.write_all_at(&data, off).unwrap();
+        assert_eq!(read_back(&fx.file(), off, len), data);
+        assert_eq!(read_back(&fx.backing, off, len), data);
+    }
+    f.sync_all().unwrap();
+    assert!(fx.export.as_ref().unwrap().stats().writes >= 3);
 }

@@ -41,6 +41,9 @@ pub mod init_flag {
     pub const ASYNC_DIO: u32 = 1 << 15;
     pub const PARALLEL_DIROPS: u32 = 1 << 18;
     pub const MAX_PAGES: u32 = 1 << 22;
+    pub const INIT_EXT: u32 = 1 << 30;
+    /// In `flags2`: FUSE_OVER_IO_URING (bit 41 of the 64-bit flags).
+    pub const OVER_IO_URING2: u32 = 1 << 9;
 }
 
 /// `fuse_open_out.open_flags`.

@@ -37,6 +37,8 @@ pub struct FsOptions {
     pub max_background: u16,
     /// `fuse_open_out.open_flags` for every open of the file.
     pub open_flags: u32,
+    /// Ask for FUSE over io_uring (used when the kernel offers it).
+    pub uring: bool,
 }
 
 impl Default for FsOptions {
@@ -44,6 +46,7 @@ impl Default for FsOptions {
         FsOptions {
             max_background: 128,
             open_flags: DEFAULT_OPEN_FLAGS,
+            uring: false,
         }
     }
 }
@@ -113,22 +116,32 @@ impl DiskFs {
         DiskFs { dev, stats, opts }
     }
 
-    /// The INIT reply, or `None` when the kernel speaks another major version.
-    pub fn init(&self, arg: &[u8]) -> Option<Out> {
+    /// The INIT reply and whether io_uring was agreed, or `None` when the kernel speaks
+    /// another major version.
+    pub fn init(&self, arg: &[u8]) -> Option<(Out, bool)> {
         let mut f = Fields::new(arg);
         let (major, _minor, readahead, kflags) = (f.u32()?, f.u32()?, f.u32()?, f.u32()?);
+        let kflags2 = f.u32().unwrap_or(0);
         if major != abi::KERNEL_VERSION {
             return None;
         }
         use abi::init_flag::*;
-        let want = ASYNC_READ | BIG_WRITES | ASYNC_DIO | PARALLEL_DIROPS | MAX_PAGES;
+        let uring = self.opts.uring && kflags & INIT_EXT != 0 && kflags2 & OVER_IO_URING2 != 0;
+        let mut want = ASYNC_READ | BIG_WRITES | ASYNC_DIO | PARALLEL_DIROPS | MAX_PAGES;
+        if uring {
+            want |= INIT_EXT;
+        }
+        let flags2 = if uring { OVER_IO_URING2 } else { 0 };
         let mut out = Out::default();
         out.u32(abi::KERNEL_VERSION).u32(abi::KERNEL_MINOR_VERSION);
         out.u32(readahead).u32(kflags & want);
         let bg = self.opts.max_background;
         out.u16(bg).u16(bg - bg / 4).u32(MAX_IO as u32).u32(1);
-        out.u16((MAX_IO / 4096) as u16).u16(0).u32(0).zeros(7 * 4);
-        Some(out)
+        out.u16((MAX_IO / 4096) as u16)
+            .u16(0)
+            .u32(flags2)
+            .zeros(7 * 4);
+        Some((out, uring))
     }
 
     /// Answers one request. `arg` is the request after its header; `data` holds a

@@ -3,6 +3,7 @@
 mod abi;
 mod fs;
 mod session;
+pub mod uring;
 
 pub use abi::open_flag;
 pub use fs::{DiskFs, FsOptions, IoCounters, IoStats, DEFAULT_OPEN_FLAGS, FILE_NAME, MAX_IO};
@@ -60,6 +61,11 @@ impl Export {
 
     pub fn stats(&self) -> IoCounters {
         self.stats.snapshot()
+    }
+
+    /// Whether the kernel sends requests over io_uring.
+    pub fn uses_uring(&self) -> bool {
+        self.session.uses_uring()
     }
 
     pub fn connection(&self) -> u64 {

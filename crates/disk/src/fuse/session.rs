@@ -15,6 +15,7 @@ use nix::sys::uio::{readv, writev};
 
 use super::abi::{self, InHeader, IN_HEADER_LEN, WRITE_PREFIX_LEN};
 use super::fs::{DiskFs, Reply, MAX_IO};
+use super::uring;
 use crate::{Error, Result};
 
 nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
@@ -31,6 +32,7 @@ pub struct Session {
     fs: Arc<DiskFs>,
     mountpoint: PathBuf,
     conn: u64,
+    uring: bool,
 }
 
 /// The worker threads of a served session.
@@ -63,6 +65,7 @@ impl Session {
             fs,
             mountpoint: mountpoint.to_path_buf(),
             conn: 0,
+            uring: false,
         };
         // The mount is unusable (even stat waits) until INIT is answered.
         let res = session.handshake().and_then(|()| connection_of(mountpoint));
@@ -87,8 +90,13 @@ impl Session {
         &self.mountpoint
     }
 
+    /// Whether requests come over io_uring.
+    pub fn uses_uring(&self) -> bool {
+        self.uring
+    }
+
     /// Reads the INIT request and replies to it.
-    fn handshake(&self) -> Result<()> {
+    fn handshake(&mut self) -> Result<()> {
         let mut buf = vec![0u8; DATA_BUF_LEN + WRITE_PREFIX_LEN];
         let n = loop {
             match nix::unistd::read(self.dev.as_raw_fd(), &mut buf) {
@@ -100,17 +108,21 @@ impl Session {
         if h.opcode != abi::op::INIT {
             return Err(Error::Protocol);
         }
-        let body = self
-            .fs
-            .init(&buf[IN_HEADER_LEN..n])
-            .ok_or(Error::Protocol)?;
+        let init = self.fs.init(&buf[IN_HEADER_LEN..n]);
+        let (body, uring) = init.ok_or(Error::Protocol)?;
+        self.uring = uring;
         send(&self.dev, h.unique, 0, &body.0).map_err(Error::sys("reply to FUSE INIT"))
     }
 
-    /// Starts `threads` workers, each on its own clone of the device fd.
+    /// Starts `threads` workers, each on its own clone of the device fd. Over io_uring
+    /// one more worker reads `/dev/fuse` for what never goes through the ring (FORGET,
+    /// INTERRUPT).
     pub fn serve(&self, threads: usize) -> Result<Workers> {
         let mut handles = Vec::new();
-        for i in 0..threads.max(1) {
+        let threads = threads.max(1);
+        let classic = if self.uring { 1 } else { threads };
+        let queues = uring::queue_count().max(1);
+        for i in 0..classic + if self.uring { threads.max(queues) } else { 0 } {
             let fd = if i == 0 {
                 self.dev.try_clone()
             } else {
@@ -118,12 +130,16 @@ impl Session {
             };
             let fd = fd.map_err(Error::io("clone /dev/fuse"))?;
             let fs = self.fs.clone();
-            let h = std::thread::Builder::new()
+            let builder = std::thread::Builder::new()
                 .name(format!("fuse-{i}"))
-                .stack_size(WORKER_STACK)
-                .spawn(move || worker(fd, fs))
-                .map_err(Error::io("spawn FUSE worker"))?;
-            handles.push(h);
+                .stack_size(WORKER_STACK);
+            let h = if i < classic {
+                builder.spawn(move || worker(fd, fs))
+            } else {
+                let qid = ((i - classic) % queues) as u16;
+                builder.spawn(move || uring::worker(fd, fs, qid))
+            };
+            handles.push(h.map_err(Error::io("spawn FUSE worker"))?);
         }
         Ok(Workers { handles })
     }
