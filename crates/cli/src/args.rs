@@ -52,7 +52,68 @@ pub enum Command {
     Image(ImageCommand),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
-    // Checkpoint, fork, suspend, resume and `snapshot ls|rm|export|import` join here.
+    /// Checkpoint a running sandbox into a snapshot and print its id.
+    Checkpoint {
+        id: String,
+        /// Capture memory and processes too (warm restores).
+        #[arg(long)]
+        memory: bool,
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Start N sandboxes from a snapshot (snap-…) or from a running sandbox (memory
+    /// checkpoint in place; the source keeps running).
+    Fork(ForkArgs),
+    /// Suspend named sandboxes (memory checkpoint, then stop).
+    Suspend {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Resume suspended sandboxes.
+    Resume {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Manage snapshots.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ForkArgs {
+    /// Snapshot id (snap-…) or sandbox id or name.
+    pub source: String,
+    /// Number of children.
+    #[arg(short = 'n', long = "count", default_value_t = 1)]
+    pub count: u32,
+    /// Environment variable K=V for the children's new processes (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Children are named PREFIX-INDEX.
+    #[arg(long)]
+    pub name_prefix: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// List snapshots.
+    Ls {
+        /// Only snapshots of this sandbox.
+        #[arg(long)]
+        source: Option<String>,
+        /// filesystem or memory.
+        #[arg(long = "type")]
+        kind: Option<String>,
+    },
+    /// Delete snapshots (sandboxes started from them keep working).
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Write a snapshot to one file.
+    Export { id: String, file: String },
+    /// Import a snapshot file (checksums verified) and print its id.
+    Import { file: String },
 }
 
 /// `sandfork serve`: flags override the config file, which overrides the defaults.

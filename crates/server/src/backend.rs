@@ -6,12 +6,15 @@
 //! down instead of growing buffers in the daemon.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+
+use crate::snapshots::{Checkpointed, RestoreFrom, SnapshotType};
 
 /// Capacity of every stream channel between the backend and the API (in chunks).
 pub const STREAM_DEPTH: usize = 16;
@@ -175,4 +178,42 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BackendResult<BuiltImage>;
     /// Removes an image by name (sandboxes using its layer keep working).
     async fn remove_image(&self, name: &str) -> BackendResult<()>;
+
+    /// Checkpoints a running sandbox (it keeps running); memory images go to `memory_dir`.
+    async fn checkpoint(
+        &self,
+        _id: &str,
+        _kind: SnapshotType,
+        _memory_dir: Option<PathBuf>,
+    ) -> BackendResult<Checkpointed> {
+        Err(no_snapshots())
+    }
+    /// Boots a sandbox from a snapshot; on error nothing of it is left behind.
+    async fn restore(&self, _spec: &BootSpec, _from: RestoreFrom) -> BackendResult<Booted> {
+        Err(no_snapshots())
+    }
+    /// Keeps a sealed layer (and its chain) alive under `name`.
+    async fn pin_layer(&self, _name: &str, _layer: &str) -> BackendResult<()> {
+        Err(no_snapshots())
+    }
+    /// Drops a pin and frees the layers nothing else uses.
+    async fn unpin_layer(&self, _name: &str) -> BackendResult<()> {
+        Err(no_snapshots())
+    }
+    /// Frees the layers nothing uses any more (after sandboxes from snapshots went).
+    async fn collect_garbage(&self) -> BackendResult<()> {
+        Ok(())
+    }
+    /// Writes a layer's whole chain as one verifiable artifact file.
+    async fn export_layer(&self, _layer: &str, _out: PathBuf) -> BackendResult<()> {
+        Err(no_snapshots())
+    }
+    /// Verifies and imports an artifact file; returns its top layer.
+    async fn import_layer(&self, _input: PathBuf) -> BackendResult<String> {
+        Err(no_snapshots())
+    }
+}
+
+fn no_snapshots() -> BackendError {
+    BackendError::Unsupported("This backend has no checkpoints".into())
 }

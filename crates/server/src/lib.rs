@@ -18,6 +18,8 @@ pub mod logs;
 pub mod manager;
 pub mod metrics;
 pub mod runc;
+pub mod snapfile;
+pub mod snapshots;
 pub mod store;
 
 pub use config::Config;

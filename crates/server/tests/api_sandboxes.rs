@@ -190,7 +190,9 @@ fn request_errors_have_the_right_status() {
     let (s, v) = c.get("/v1/sandboxes?state=bogus");
     assert_error(s, &v, 400, "invalid_argument");
     let (s, v) = c.json(Method::POST, "/v1/sandboxes/x/checkpoint", Some(json!({})));
-    assert_error(s, &v, 422, "unsupported");
+    assert_error(s, &v, 404, "not_found");
+    let (s, v) = c.get("/v1/snapshots/snap-nope");
+    assert_error(s, &v, 404, "not_found");
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod image;
 mod run;
 mod sandbox;
 mod serve;
+mod snapshot;
 
 use anyhow::{bail, Result};
 
@@ -43,6 +44,13 @@ pub async fn run(args: Args) -> Result<i32> {
         Command::Exec(e) => run::exec(&client, e, json).await,
         Command::Cp { src, dst } => cp::copy(&client, &src, &dst).await,
         Command::Image(i) => image::image(&client, i, json).await,
+        Command::Checkpoint { id, memory, name } => {
+            snapshot::checkpoint(&client, &id, memory, name, json).await
+        }
+        Command::Fork(f) => snapshot::fork(&client, f, json).await,
+        Command::Suspend { ids } => snapshot::suspend_resume(&client, &ids, "suspend", json).await,
+        Command::Resume { ids } => snapshot::suspend_resume(&client, &ids, "resume", json).await,
+        Command::Snapshot(c) => snapshot::snapshot(&client, c, json).await,
         Command::Serve(_) | Command::Openapi => Ok(0),
     }
 }

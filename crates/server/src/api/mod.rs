@@ -9,8 +9,8 @@ mod images;
 mod ndjson;
 mod openapi;
 mod processes;
-mod reserved;
 mod sandboxes;
+mod snapshots;
 mod system;
 pub mod types;
 
@@ -166,7 +166,7 @@ fn other_routes() -> Router<AppState> {
         .route("/v1/health", get(system::health))
         .route("/v1/openapi.json", get(system::openapi))
         .route("/metrics", get(system::metrics))
-        .merge(reserved::routes())
+        .merge(snapshots::routes())
 }
 
 /// The whole API; with a token, every request must carry it.

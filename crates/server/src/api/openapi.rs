@@ -2,7 +2,7 @@
 
 use utoipa::OpenApi;
 
-use super::{exec, files, images, processes, sandboxes, system, types};
+use super::{exec, files, images, processes, sandboxes, snapshots, system, types};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -14,6 +14,9 @@ use super::{exec, files, images, processes, sandboxes, system, types};
         processes::close_stdin, processes::signal, processes::wait,
         files::download, files::upload, files::remove, files::list, files::stat, files::mkdir,
         images::list, images::build, images::delete,
+        snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,
+        snapshots::list, snapshots::get_one, snapshots::delete, snapshots::fork_snapshot,
+        snapshots::export, snapshots::import,
         system::health, system::metrics, system::openapi,
     ),
     components(schemas(
@@ -23,10 +26,14 @@ use super::{exec, files, images, processes, sandboxes, system, types};
         types::ProcessList, types::SignalRequest, types::SignalSpec, types::FileEntry,
         types::FileList, types::MkdirRequest, types::Image, types::ImageList, types::BuildImage,
         types::BuildEvent, types::Health, crate::lifecycle::State,
+        crate::snapshots::SnapshotType, crate::snapshots::CheckpointRequest,
+        crate::snapshots::Snapshot, crate::snapshots::SnapshotList, crate::snapshots::ChildSpec,
+        crate::snapshots::ForkRequest, crate::snapshots::ChildError, crate::snapshots::ForkChild,
+        crate::snapshots::ForkResult,
     )),
     tags(
         (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "files"),
-        (name = "images"), (name = "system"),
+        (name = "images"), (name = "snapshots"), (name = "system"),
     )
 )]
 struct ApiDoc;

@@ -69,7 +69,7 @@ fn check_cidrs(list: &[String]) -> Result<()> {
 }
 
 /// Merges the `network` object with the SDK's top-level spelling.
-fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
+pub(super) fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
     let mut net = req.network.clone().unwrap_or_default();
     if let Some(allow) = req.allow_internet_access {
         net.mode = if allow {
@@ -170,8 +170,8 @@ impl Manager {
     pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox> {
         self.check_open()?;
         validate(&req)?;
-        if let Some(snap) = &req.snapshot_id {
-            return Err(Error::NotFound(format!("Snapshot {snap} not found")));
+        if req.snapshot_id.is_some() {
+            return self.create_from_snapshot(req).await;
         }
         let image = self
             .resolve_image(req.image.as_deref().unwrap_or(DEFAULT_IMAGE))
@@ -185,7 +185,7 @@ impl Manager {
     }
 
     /// Reserves room and registers the entry, atomically with the name check.
-    fn admit(&self, row: SandboxRow) -> Result<Arc<Entry>> {
+    pub(super) fn admit(&self, row: SandboxRow) -> Result<Arc<Entry>> {
         let mut reg = self.registry_mut();
         if let Some(name) = &row.view.name {
             let taken = reg.entries.values().any(|e| {

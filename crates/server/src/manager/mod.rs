@@ -8,11 +8,15 @@
 mod admission;
 mod create;
 mod data;
+mod fork;
 mod images;
 mod reaper;
 mod recover;
+mod snapshots;
+mod suspend;
 #[cfg(test)]
 mod tests;
+mod transfer;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +35,7 @@ use crate::store::{SandboxRow, Store};
 pub use admission::Admission;
 pub use images::{validate_build, BUILDERS};
 pub use reaper::{idle_action, IdleAction};
+pub use snapshots::CheckpointArgs;
 
 /// One sandbox known to the manager.
 pub(crate) struct Entry {
@@ -242,7 +247,10 @@ impl Manager {
         self.set_state(&entry, p.during, None).await?;
         let id = entry.view().id;
         match self.backend.destroy(&id).await {
-            Ok(()) => self.set_state(&entry, p.success, None).await?,
+            Ok(()) => {
+                self.set_state(&entry, p.success, None).await?;
+                self.drop_suspended_state(&id).await;
+            }
             Err(e) => {
                 tracing::error!(sandbox = %id, error = %e, "terminate failed");
                 self.set_state(&entry, p.failure, Some(format!("Terminate failed: {e}")))

@@ -1,6 +1,5 @@
 //! Idle timeouts: a sandbox with `timeout_secs > 0` and no API activity for that long is
-//! terminated when unnamed; named ones go through [`idle_action`], the hook where suspend
-//! takes over once it exists.
+//! terminated when unnamed; named ones are suspended (see [`idle_action`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,10 +86,13 @@ impl Manager {
 
     async fn on_idle(&self, view: Sandbox) {
         let action = idle_action(&view);
-        // Suspend is not available in this runtime yet: such sandboxes are terminated too.
         tracing::info!(sandbox = %view.id, ?action, timeout_secs = view.timeout_secs, "idle timeout");
-        if let Err(e) = self.terminate(&view.id).await {
-            tracing::warn!(sandbox = %view.id, error = %e.message(), "idle terminate failed");
+        let done = match action {
+            IdleAction::Suspend => self.suspend(&view.id).await.map(drop),
+            IdleAction::Terminate => self.terminate(&view.id).await.map(drop),
+        };
+        if let Err(e) = done {
+            tracing::warn!(sandbox = %view.id, ?action, error = %e.message(), "idle action failed");
         }
     }
 }

@@ -11,6 +11,9 @@ use crate::store::SandboxRow;
 
 impl Manager {
     pub(super) async fn recover(&self) -> Result<()> {
+        if let Err(e) = self.recover_snapshots().await {
+            tracing::error!(error = %e.message(), "snapshot recovery failed");
+        }
         let rows = self.store.sandboxes().await?;
         let _ = self.store.prune_terminated(1000).await;
         let keep: Vec<String> = rows

@@ -24,6 +24,7 @@ use crate::backend::*;
 use crate::config::Config;
 
 mod errors;
+mod snapshots;
 mod streams;
 
 use errors::{agent_err, error_chain, exec_err, host_err, is_transient};
@@ -348,5 +349,42 @@ impl Backend for RuncBackend {
             .await
             .map_err(|e| BackendError::Host(e.to_string()))?
             .map_err(host_err)
+    }
+
+    async fn checkpoint(
+        &self,
+        id: &str,
+        kind: crate::snapshots::SnapshotType,
+        memory_dir: Option<std::path::PathBuf>,
+    ) -> BackendResult<crate::snapshots::Checkpointed> {
+        self.checkpoint_sandbox(id, kind, memory_dir).await
+    }
+
+    async fn restore(
+        &self,
+        spec: &BootSpec,
+        from: crate::snapshots::RestoreFrom,
+    ) -> BackendResult<Booted> {
+        self.restore_sandbox(spec, from).await
+    }
+
+    async fn pin_layer(&self, name: &str, layer: &str) -> BackendResult<()> {
+        self.pin(name, layer).await
+    }
+
+    async fn unpin_layer(&self, name: &str) -> BackendResult<()> {
+        self.unpin(name).await
+    }
+
+    async fn collect_garbage(&self) -> BackendResult<()> {
+        self.gc().await
+    }
+
+    async fn export_layer(&self, layer: &str, out: std::path::PathBuf) -> BackendResult<()> {
+        self.export(layer, out).await
+    }
+
+    async fn import_layer(&self, input: std::path::PathBuf) -> BackendResult<String> {
+        self.import(input).await
     }
 }

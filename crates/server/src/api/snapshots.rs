@@ -1,0 +1,201 @@
+//! Checkpoint, snapshot, fork and suspend/resume routes.
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
+
+use super::extract::{ApiJson, ApiQuery};
+use super::types::{ErrorBody, Sandbox};
+use super::{ApiResult, AppState};
+use crate::error::Error;
+use crate::manager::CheckpointArgs;
+use crate::snapshots::{
+    CheckpointRequest, ForkRequest, ForkResult, Snapshot, SnapshotList, SnapshotQuery, SnapshotType,
+};
+
+/// Checkpoint a running sandbox into a snapshot; the sandbox keeps running.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/checkpoint", tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    request_body = CheckpointRequest,
+    responses((status = 201, body = Snapshot), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 500, description = "What CRIU or the disk refused", body = ErrorBody)))]
+pub async fn checkpoint(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<CheckpointRequest>,
+) -> ApiResult<(StatusCode, Json<Snapshot>)> {
+    let hooks = req
+        .hooks
+        .into_iter()
+        .map(super::exec::to_agent)
+        .collect::<Result<Vec<_>, _>>()?;
+    let args = CheckpointArgs {
+        kind: req.kind.unwrap_or(SnapshotType::Filesystem),
+        name: req.name,
+        hooks,
+        labels: req.labels,
+    };
+    Ok((StatusCode::CREATED, Json(m.checkpoint(&id, args).await?)))
+}
+
+/// Checkpoint a sandbox's memory in place, then start `count` children from it.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    request_body = ForkRequest,
+    responses((status = 200, body = ForkResult), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn fork_sandbox(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ForkRequest>,
+) -> ApiResult<Json<ForkResult>> {
+    Ok(Json(m.fork_sandbox(&id, req).await?))
+}
+
+/// Suspend a running sandbox: memory checkpoint, then stop (id, name, files and processes
+/// come back on resume).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/suspend", tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn suspend(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Sandbox>> {
+    Ok(Json(m.suspend(&id).await?))
+}
+
+/// Resume a suspended sandbox.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn resume(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Sandbox>> {
+    Ok(Json(m.resume(&id).await?))
+}
+
+/// List snapshots, oldest first.
+#[utoipa::path(get, path = "/v1/snapshots", tag = "snapshots", params(SnapshotQuery),
+    responses((status = 200, body = SnapshotList), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(m): State<AppState>,
+    ApiQuery(q): ApiQuery<SnapshotQuery>,
+) -> ApiResult<Json<SnapshotList>> {
+    Ok(Json(SnapshotList {
+        snapshots: m.list_snapshots(&q).await?,
+    }))
+}
+
+/// One snapshot.
+#[utoipa::path(get, path = "/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    responses((status = 200, body = Snapshot), (status = 404, body = ErrorBody)))]
+pub async fn get_one(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Snapshot>> {
+    Ok(Json(m.get_snapshot(&id).await?))
+}
+
+/// Delete a snapshot (sandboxes started from it keep working).
+#[utoipa::path(delete, path = "/v1/snapshots/{id}", tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    m.delete_snapshot(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Start `count` independent sandboxes from a snapshot, concurrently.
+#[utoipa::path(post, path = "/v1/snapshots/{id}/fork", tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    request_body = ForkRequest,
+    responses((status = 200, description = "Each child's sandbox or error", body = ForkResult),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn fork_snapshot(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<ForkRequest>,
+) -> ApiResult<Json<ForkResult>> {
+    Ok(Json(m.fork_snapshot(&id, req).await?))
+}
+
+/// Export a snapshot as one file (streamed).
+#[utoipa::path(post, path = "/v1/snapshots/{id}/export", tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 404, body = ErrorBody)))]
+pub async fn export(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let path = m.export_snapshot(&id).await?;
+    let file = tokio::fs::File::open(&path).await;
+    // Unlinked at once: the open file streams on and nothing is left behind.
+    let _ = tokio::fs::remove_file(&path).await;
+    let file = file.map_err(|e| Error::InvalidArgument(format!("Export failed: {e}")))?;
+    let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let body = Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, len.to_string()),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// Import a snapshot file made by export; every checksum is verified first.
+#[utoipa::path(post, path = "/v1/snapshots/import", tag = "snapshots",
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = Snapshot),
+        (status = 400, description = "Corrupt or not a snapshot file", body = ErrorBody)))]
+pub async fn import(
+    State(m): State<AppState>,
+    req: Request,
+) -> ApiResult<(StatusCode, Json<Snapshot>)> {
+    let dir = m.config().data_dir.join("tmp");
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| Error::InvalidArgument(format!("Import failed: {e}")))?;
+    let path = dir.join(format!("upload-{}", crate::snapshots::new_snapshot_id()));
+    let received = receive(req.into_body(), &path).await;
+    let imported = match received {
+        Ok(()) => m.import_snapshot(&path).await,
+        Err(e) => Err(e),
+    };
+    let _ = tokio::fs::remove_file(&path).await;
+    Ok((StatusCode::CREATED, Json(imported?)))
+}
+
+async fn receive(body: Body, path: &std::path::Path) -> Result<(), Error> {
+    let fail = |e: String| Error::InvalidArgument(format!("Cannot read the upload: {e}"));
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| fail(e.to_string()))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    file.flush().await.map_err(|e| fail(e.to_string()))
+}
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sandboxes/{id}/checkpoint", post(checkpoint))
+        .route("/v1/sandboxes/{id}/fork", post(fork_sandbox))
+        .route("/v1/sandboxes/{id}/suspend", post(suspend))
+        .route("/v1/sandboxes/{id}/resume", post(resume))
+        .route("/v1/snapshots", get(list))
+        .route("/v1/snapshots/import", post(import))
+        .route("/v1/snapshots/{id}", get(get_one).delete(delete))
+        .route("/v1/snapshots/{id}/fork", post(fork_snapshot))
+        .route("/v1/snapshots/{id}/export", post(export))
+}

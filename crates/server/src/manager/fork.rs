@@ -1,0 +1,318 @@
+//! Sandboxes started from snapshots: one (`create` with `snapshot_id`) or many at once
+//! (fork fan-out, with bounded parallelism; each child succeeds or fails on its own).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::create::{new_id, validate};
+use super::{lock, now_rfc3339, Entry, Manager};
+use crate::api::types::{CreateSandbox, ForkInfo, NetworkModeName, NetworkView, Sandbox};
+use crate::backend::NetworkSpec;
+use crate::error::{Error, Result};
+use crate::lifecycle::{plan, Op, State};
+use crate::snapshots::{
+    ChildError, ForkChild, ForkRequest, ForkResult, RestoreFrom, SnapshotRecord, SnapshotType,
+};
+use crate::store::SandboxRow;
+
+/// Children restored at once by one fork (restores are CPU-bound).
+pub const FORK_PARALLELISM: usize = 4;
+/// Most children one fork request may ask for.
+pub const MAX_FORK: u32 = 256;
+
+/// One child to start from a snapshot.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Child {
+    pub index: u32,
+    pub name: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub timeout_secs: u64,
+    /// Resource overrides (filesystem snapshots only).
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    pub disk_mb: Option<u64>,
+    pub network: Option<NetworkSpec>,
+}
+
+/// Refuses changes to what a memory snapshot pins (422, saying why).
+fn check_pinned(rec: &SnapshotRecord, req: &CreateSandbox) -> Result<()> {
+    if rec.view.kind != SnapshotType::Memory {
+        return Ok(());
+    }
+    let b = &rec.boot;
+    let mut changed = Vec::new();
+    if req.cpus.is_some_and(|c| c != b.cpus) {
+        changed.push(format!("cpus (pinned at {})", b.cpus));
+    }
+    if req.memory_mb.is_some_and(|m| m != b.memory_mb) {
+        changed.push(format!("memory_mb (pinned at {})", b.memory_mb));
+    }
+    if req.disk_mb.is_some_and(|d| d != b.disk_mb) {
+        changed.push(format!("disk_mb (pinned at {})", b.disk_mb));
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Unsupported(format!(
+        "Memory snapshot {} pins image, resources and entrypoint (its processes resume as \
+         they were); cannot change {}",
+        rec.view.id,
+        changed.join(", ")
+    )))
+}
+
+fn network_spec(req: &CreateSandbox) -> Result<Option<NetworkSpec>> {
+    let given = req.network.is_some()
+        || req.allow_internet_access.is_some()
+        || req.allow_out.is_some()
+        || req.deny_out.is_some();
+    if !given {
+        return Ok(None);
+    }
+    let net = super::create::network_of(req)?;
+    Ok(Some(NetworkSpec {
+        internet: net.mode == NetworkModeName::Internet,
+        allow_out: net.allow_out,
+        deny_out: net.deny_out,
+    }))
+}
+
+fn child_row(rec: &SnapshotRecord, c: &Child) -> SandboxRow {
+    let mut boot = rec.boot.clone();
+    boot.id = new_id();
+    boot.env.extend(c.env.clone());
+    if rec.view.kind == SnapshotType::Filesystem {
+        boot.cpus = c.cpus.unwrap_or(boot.cpus);
+        boot.memory_mb = c.memory_mb.unwrap_or(boot.memory_mb);
+        boot.disk_mb = c.disk_mb.unwrap_or(boot.disk_mb);
+    }
+    if let Some(n) = &c.network {
+        boot.network = n.clone();
+    }
+    let now = now_rfc3339();
+    let mode = if boot.network.internet {
+        NetworkModeName::Internet
+    } else {
+        NetworkModeName::None
+    };
+    let view = Sandbox {
+        id: boot.id.clone(),
+        name: c.name.clone(),
+        state: State::Creating,
+        image: rec.view.image.clone(),
+        snapshot_id: Some(rec.view.id.clone()),
+        cpus: boot.cpus,
+        memory_mb: boot.memory_mb,
+        disk_mb: boot.disk_mb,
+        timeout_secs: c.timeout_secs,
+        network: NetworkView {
+            mode,
+            address: None,
+            allow_out: boot.network.allow_out.clone(),
+            deny_out: boot.network.deny_out.clone(),
+        },
+        labels: c.labels.clone(),
+        created_at: now.clone(),
+        last_active_at: now,
+        fork: Some(ForkInfo {
+            index: c.index,
+            parent_snapshot_id: rec.view.id.clone(),
+        }),
+        error: None,
+    };
+    SandboxRow { view, boot }
+}
+
+fn seed() -> Vec<u8> {
+    let mut b = vec![0u8; 32];
+    let _ = getrandom::getrandom(&mut b);
+    b
+}
+
+fn child_error(e: &Error) -> ChildError {
+    ChildError {
+        code: e.status_code().1.into(),
+        message: e.message(),
+    }
+}
+
+impl Manager {
+    /// `POST /v1/sandboxes` with `snapshot_id`.
+    pub async fn create_from_snapshot(&self, req: CreateSandbox) -> Result<Sandbox> {
+        self.check_open()?;
+        validate(&req)?;
+        let snap = req.snapshot_id.clone().unwrap_or_default();
+        let rec = self.snapshot_record(&snap).await?;
+        check_pinned(&rec, &req)?;
+        let mut env = req.env.clone();
+        env.extend(req.secrets.clone());
+        let child = Child {
+            index: 0,
+            name: req.name.clone(),
+            env,
+            labels: req.labels.clone(),
+            timeout_secs: req.timeout_secs.unwrap_or(0),
+            cpus: req.cpus,
+            memory_mb: req.memory_mb,
+            disk_mb: req.disk_mb,
+            network: network_spec(&req)?,
+        };
+        self.start_child(&rec, child).await
+    }
+
+    /// Starts one sandbox from a snapshot; a failure leaves a `failed` record.
+    pub(super) async fn start_child(&self, rec: &SnapshotRecord, c: Child) -> Result<Sandbox> {
+        self.check_open()?;
+        let row = child_row(rec, &c);
+        let entry = self.admit(row)?;
+        self.restore_entry(&entry, rec, c).await
+    }
+
+    async fn restore_entry(
+        &self,
+        entry: &Arc<Entry>,
+        rec: &SnapshotRecord,
+        c: Child,
+    ) -> Result<Sandbox> {
+        let _op = entry.op.lock().await;
+        let row = entry.row();
+        let id = row.view.id.clone();
+        let p = plan(row.view.state, Op::Boot).ok_or_else(|| Error::WrongState {
+            id: id.clone(),
+            state: row.view.state,
+        })?;
+        if let Err(e) = self.store.put_sandbox(row.clone()).await {
+            self.registry_mut().entries.remove(&id);
+            self.registry_mut().admission.release(&id);
+            return Err(e.into());
+        }
+        let from = RestoreFrom {
+            layer_id: rec.layer_id.clone(),
+            memory_dir: rec.memory_dir.clone(),
+            identity: Some(proto::agent::Identity {
+                sandbox_id: id.clone(),
+                fork_index: c.index,
+                seed: seed(),
+                parent_snapshot_id: Some(rec.view.id.clone()),
+                env: c.env.into_iter().collect(),
+            }),
+            hooks: rec.hooks.clone(),
+        };
+        let started = std::time::Instant::now();
+        let result = self.backend.restore(&row.boot, from).await;
+        self.metrics.create.observe(started.elapsed());
+        match result {
+            Ok(booted) => {
+                lock(&entry.row).view.network.address = booted.address;
+                self.set_state(entry, p.success, None).await?;
+                entry.touch();
+                tracing::info!(sandbox = %id, snapshot = %rec.view.id, "sandbox restored");
+                Ok(entry.view())
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %id, error = %e, "restore failed");
+                let _ = self.backend.destroy(&id).await;
+                self.set_state(entry, p.failure, Some(format!("Restore failed: {e}")))
+                    .await?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// `POST /v1/snapshots/{id}/fork`: `count` children, concurrently but bounded.
+    pub async fn fork_snapshot(&self, snap_id: &str, req: ForkRequest) -> Result<ForkResult> {
+        self.check_open()?;
+        check_fork(&req)?;
+        let rec = self.snapshot_record(snap_id).await?;
+        let children = futures::stream::iter(0..req.count)
+            .map(|i| {
+                let child = child_of(&req, i);
+                let rec = &rec;
+                async move {
+                    match self.start_child(rec, child).await {
+                        Ok(sb) => ForkChild {
+                            index: i,
+                            sandbox: Some(sb),
+                            error: None,
+                        },
+                        Err(e) => ForkChild {
+                            index: i,
+                            sandbox: None,
+                            error: Some(child_error(&e)),
+                        },
+                    }
+                }
+            })
+            .buffer_unordered(FORK_PARALLELISM)
+            .collect::<Vec<_>>()
+            .await;
+        let mut children = children;
+        children.sort_by_key(|c| c.index);
+        Ok(ForkResult {
+            snapshot_id: rec.view.id,
+            children,
+        })
+    }
+
+    /// `POST /v1/sandboxes/{id}/fork`: a memory checkpoint in place, then a fork of it.
+    pub async fn fork_sandbox(&self, id_or_name: &str, req: ForkRequest) -> Result<ForkResult> {
+        check_fork(&req)?;
+        let args = super::snapshots::CheckpointArgs {
+            kind: SnapshotType::Memory,
+            name: None,
+            hooks: Vec::new(),
+            labels: BTreeMap::new(),
+        };
+        let snap = self.checkpoint(id_or_name, args).await?;
+        self.fork_snapshot(&snap.id, req).await
+    }
+}
+
+fn check_fork(req: &ForkRequest) -> Result<()> {
+    if req.count == 0 || req.count > MAX_FORK {
+        return Err(Error::InvalidArgument(format!(
+            "count must be 1-{MAX_FORK}, got {}",
+            req.count
+        )));
+    }
+    if req.per_child.len() > req.count as usize {
+        return Err(Error::InvalidArgument(
+            "per_child has more entries than count".into(),
+        ));
+    }
+    let check = CreateSandbox {
+        env: req.env.clone(),
+        secrets: req.secrets.clone(),
+        name: req.name_prefix.as_ref().map(|p| format!("{p}-0")),
+        ..Default::default()
+    };
+    validate(&check)?;
+    for c in &req.per_child {
+        validate(&CreateSandbox {
+            env: c.env.clone(),
+            ..Default::default()
+        })?;
+    }
+    Ok(())
+}
+
+fn child_of(req: &ForkRequest, i: u32) -> Child {
+    let mut env = req.env.clone();
+    env.extend(req.secrets.clone());
+    let mut labels = req.labels.clone();
+    if let Some(c) = req.per_child.get(i as usize) {
+        env.extend(c.env.clone());
+        labels.extend(c.labels.clone());
+    }
+    Child {
+        index: i,
+        name: req.name_prefix.as_ref().map(|p| format!("{p}-{i}")),
+        env,
+        labels,
+        timeout_secs: req.timeout_secs.unwrap_or(0),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,180 @@
+//! Checkpoints and snapshots as objects: take one, list, get, delete, and put the
+//! snapshot directory and block-store pins back in line with the database after a crash.
+//!
+//! A checkpoint writes its memory images to `<data>/snapshots/<id>/memory`, pins its
+//! sealed layer under a block-store ref, and only then records the snapshot row: a
+//! crash before the row leaves no visible snapshot, and recovery removes the files and pin.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::{now_rfc3339, Manager};
+use crate::error::{Error, Result};
+use crate::lifecycle::{plan, Op};
+use crate::snapshots::{
+    new_snapshot_id, pin_name, valid_snapshot_id, Snapshot, SnapshotQuery, SnapshotRecord,
+    SnapshotType,
+};
+
+/// What to capture, as the manager takes it.
+#[derive(Debug, Clone)]
+pub struct CheckpointArgs {
+    pub kind: SnapshotType,
+    pub name: Option<String>,
+    pub hooks: Vec<proto::agent::ExecRequest>,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl Manager {
+    /// Directory of snapshot files (`<data>/snapshots`).
+    pub(super) fn snapshots_dir(&self) -> PathBuf {
+        self.config.data_dir.join("snapshots")
+    }
+
+    /// Checkpoints a running sandbox; it keeps running. The snapshot is visible only once
+    /// complete.
+    pub async fn checkpoint(&self, id_or_name: &str, args: CheckpointArgs) -> Result<Snapshot> {
+        self.check_open()?;
+        let entry = self.find(id_or_name)?;
+        let _op = entry.op.lock().await;
+        let view = entry.view();
+        let p = plan(view.state, Op::Checkpoint).ok_or_else(|| Error::WrongState {
+            id: view.id.clone(),
+            state: view.state,
+        })?;
+        self.set_state(&entry, p.during, None).await?;
+        let started = Instant::now();
+        let snap_id = new_snapshot_id();
+        let result = self.take_snapshot(&entry, &snap_id, args, false).await;
+        self.metrics.checkpoint.observe(started.elapsed());
+        self.set_state(&entry, p.success, None).await?;
+        entry.touch();
+        let rec = result?;
+        tracing::info!(sandbox = %view.id, snapshot = %snap_id, kind = ?rec.view.kind, "checkpoint");
+        Ok(rec.view)
+    }
+
+    /// Checkpoints the sandbox of `entry` (its op lock held, state checked) as snapshot
+    /// `snap_id`. On failure no files, pin or row are left.
+    pub(super) async fn take_snapshot(
+        &self,
+        entry: &super::Entry,
+        snap_id: &str,
+        args: CheckpointArgs,
+        internal: bool,
+    ) -> Result<SnapshotRecord> {
+        let row = entry.row();
+        let dir = self.snapshots_dir().join(snap_id);
+        let memory_dir = (args.kind == SnapshotType::Memory).then(|| dir.join("memory"));
+        let pin = pin_name(snap_id);
+        let made = async {
+            // Made first, even without memory images, so recovery finds a torn checkpoint.
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::Unsupported(format!("{}: {e}", dir.display())))?;
+            let cp = self
+                .backend
+                .checkpoint(&row.view.id, args.kind, memory_dir.clone())
+                .await?;
+            self.backend.pin_layer(&pin, &cp.layer_id).await?;
+            let rec = SnapshotRecord {
+                view: Snapshot {
+                    id: snap_id.to_string(),
+                    kind: args.kind,
+                    name: args.name,
+                    source_sandbox_id: Some(row.view.id.clone()),
+                    image: row.view.image.clone(),
+                    size_bytes: cp.size_bytes,
+                    created_at: now_rfc3339(),
+                    cpus: row.boot.cpus,
+                    memory_mb: row.boot.memory_mb,
+                    disk_mb: row.boot.disk_mb,
+                    labels: args.labels,
+                },
+                layer_id: cp.layer_id,
+                memory_dir: cp.memory_dir,
+                boot: row.boot.clone(),
+                hooks: args.hooks,
+                internal,
+            };
+            self.store.put_snapshot(rec.clone()).await?;
+            Ok::<_, Error>(rec)
+        }
+        .await;
+        if let Err(e) = &made {
+            tracing::warn!(sandbox = %row.view.id, error = %e.message(), "checkpoint failed");
+            let _ = self.backend.unpin_layer(&pin).await;
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    /// A snapshot's record; 404 for unknown, malformed and internal ids.
+    pub(super) async fn snapshot_record(&self, id: &str) -> Result<SnapshotRecord> {
+        let missing = || Error::NotFound(format!("Snapshot {id} not found"));
+        if !valid_snapshot_id(id) {
+            return Err(missing());
+        }
+        match self.store.snapshot(id.to_string()).await? {
+            Some(r) if !r.internal => Ok(r),
+            _ => Err(missing()),
+        }
+    }
+
+    pub async fn get_snapshot(&self, id: &str) -> Result<Snapshot> {
+        Ok(self.snapshot_record(id).await?.view)
+    }
+
+    /// Snapshots, oldest first, optionally of one source sandbox or one type.
+    pub async fn list_snapshots(&self, q: &SnapshotQuery) -> Result<Vec<Snapshot>> {
+        let all = self.store.snapshots().await?;
+        Ok(all
+            .into_iter()
+            .filter(|r| !r.internal)
+            .map(|r| r.view)
+            .filter(|v| q.kind.is_none_or(|k| v.kind == k))
+            .filter(|v| q.source.is_none() || v.source_sandbox_id.as_deref() == q.source.as_deref())
+            .collect())
+    }
+
+    /// Deletes a snapshot. Sandboxes restored from it keep working (their disks hold the
+    /// layers); storage is freed when nothing uses it any more.
+    pub async fn delete_snapshot(&self, id: &str) -> Result<()> {
+        let rec = self.snapshot_record(id).await?;
+        self.remove_snapshot(&rec).await
+    }
+
+    /// Removes a snapshot's row, then its pin and files.
+    pub(super) async fn remove_snapshot(&self, rec: &SnapshotRecord) -> Result<()> {
+        self.store.delete_snapshot(rec.view.id.clone()).await?;
+        if let Err(e) = self.backend.unpin_layer(&rec.pin()).await {
+            tracing::warn!(snapshot = %rec.view.id, error = %e, "unpin failed");
+        }
+        let _ = std::fs::remove_dir_all(self.snapshots_dir().join(&rec.view.id));
+        tracing::info!(snapshot = %rec.view.id, "snapshot deleted");
+        Ok(())
+    }
+
+    /// Removes snapshot directories no row describes (a checkpoint interrupted by a crash).
+    pub(super) async fn recover_snapshots(&self) -> Result<()> {
+        let known: std::collections::HashSet<String> = self
+            .store
+            .snapshots()
+            .await?
+            .into_iter()
+            .map(|r| r.view.id)
+            .collect();
+        let _ = std::fs::remove_dir_all(self.transfer_dir());
+        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
+            return Ok(());
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !known.contains(&name) {
+                tracing::info!(snapshot = %name, "removing an interrupted checkpoint");
+                let _ = self.backend.unpin_layer(&pin_name(&name)).await;
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(())
+    }
+}

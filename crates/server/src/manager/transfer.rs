@@ -1,0 +1,138 @@
+//! Export and import of snapshots as one file (see [`crate::snapfile`]).
+
+use std::path::{Path, PathBuf};
+
+use super::Manager;
+use crate::error::{Error, Result};
+use crate::snapfile;
+use crate::snapshots::{
+    new_snapshot_id, valid_snapshot_id, Snapshot, SnapshotRecord, SnapshotType,
+};
+
+const MANIFEST: &str = "manifest.json";
+const ARTIFACT: &str = "layers.artifact";
+
+fn host(e: impl std::fmt::Display) -> Error {
+    Error::Backend(crate::backend::BackendError::Host(e.to_string()))
+}
+
+fn unique(prefix: &str) -> String {
+    let mut b = [0u8; 6];
+    let _ = getrandom::getrandom(&mut b);
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{prefix}-{hex}")
+}
+
+/// Removes a scratch directory when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Manager {
+    /// Scratch space for exports and imports (emptied at start-up).
+    pub(super) fn transfer_dir(&self) -> PathBuf {
+        self.config.data_dir.join("tmp").join("snapshot-transfer")
+    }
+
+    fn scratch(&self, prefix: &str) -> Result<Scratch> {
+        let dir = self.transfer_dir().join(unique(prefix));
+        std::fs::create_dir_all(&dir).map_err(host)?;
+        Ok(Scratch(dir))
+    }
+
+    /// Writes snapshot `id` as one file; returns its path (the caller removes it).
+    pub async fn export_snapshot(&self, id: &str) -> Result<PathBuf> {
+        let rec = self.snapshot_record(id).await?;
+        let work = self.scratch("export")?;
+        let artifact = work.0.join(ARTIFACT);
+        self.backend
+            .export_layer(&rec.layer_id, artifact.clone())
+            .await?;
+        let mut manifest = rec.clone();
+        manifest.memory_dir = None;
+        let manifest_path = work.0.join(MANIFEST);
+        let json = serde_json::to_vec_pretty(&manifest).map_err(host)?;
+        std::fs::write(&manifest_path, json).map_err(host)?;
+        let mut entries = vec![
+            (MANIFEST.to_string(), manifest_path),
+            (ARTIFACT.to_string(), artifact),
+        ];
+        if let Some(mem) = &rec.memory_dir {
+            entries.extend(memory_entries(mem)?);
+        }
+        let out = self.transfer_dir().join(unique(&format!("{id}.sfs")));
+        let out2 = out.clone();
+        tokio::task::spawn_blocking(move || snapfile::write(&out2, &entries))
+            .await
+            .map_err(host)?
+            .map_err(host)?;
+        drop(work);
+        Ok(out)
+    }
+
+    /// Verifies and imports a snapshot file. Keeps the file's snapshot id unless taken.
+    pub async fn import_snapshot(&self, file: &Path) -> Result<Snapshot> {
+        self.check_open()?;
+        let work = self.scratch("import")?;
+        let (file, dir) = (file.to_path_buf(), work.0.clone());
+        tokio::task::spawn_blocking(move || snapfile::read(&file, &dir))
+            .await
+            .map_err(host)?
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let bad = |m: String| Error::InvalidArgument(format!("Not a valid snapshot file: {m}"));
+        let manifest = std::fs::read(work.0.join(MANIFEST)).map_err(|e| bad(e.to_string()))?;
+        let mut rec: SnapshotRecord =
+            serde_json::from_slice(&manifest).map_err(|e| bad(e.to_string()))?;
+        let layer = self.backend.import_layer(work.0.join(ARTIFACT)).await?;
+        if layer != rec.layer_id {
+            return Err(bad(format!(
+                "its layers end at {layer}, not {}",
+                rec.layer_id
+            )));
+        }
+        let taken = self.store.snapshot(rec.view.id.clone()).await?.is_some();
+        if taken || !valid_snapshot_id(&rec.view.id) || rec.internal {
+            rec.view.id = new_snapshot_id();
+        }
+        rec.internal = false;
+        let dir = self.snapshots_dir().join(&rec.view.id);
+        std::fs::create_dir_all(&dir).map_err(host)?;
+        let placed = self.place_import(&mut rec, &work.0, &dir).await;
+        if let Err(e) = placed {
+            let _ = self.backend.unpin_layer(&rec.pin()).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        tracing::info!(snapshot = %rec.view.id, "snapshot imported");
+        Ok(rec.view)
+    }
+
+    async fn place_import(&self, rec: &mut SnapshotRecord, work: &Path, dir: &Path) -> Result<()> {
+        if rec.view.kind == SnapshotType::Memory {
+            let mem = dir.join("memory");
+            std::fs::rename(work.join("memory"), &mem)
+                .map_err(|e| Error::InvalidArgument(format!("Memory images missing: {e}")))?;
+            rec.memory_dir = Some(mem);
+        }
+        self.backend.pin_layer(&rec.pin(), &rec.layer_id).await?;
+        self.store.put_snapshot(rec.clone()).await?;
+        Ok(())
+    }
+}
+
+fn memory_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(host)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let entry = format!("memory/{name}");
+        if e.file_type().is_ok_and(|t| t.is_file()) && snapfile::valid_name(&entry) {
+            out.push((entry, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,146 @@
+//! Checkpoints, restores and snapshot layers on the container runtime and block store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use runtime::{CheckpointKind, RestoreOptions, SnapshotSource};
+
+use super::{booted, host_err, is_transient, RuncBackend};
+use crate::backend::{BackendError, BackendResult, BootSpec, Booted};
+use crate::snapshots::{Checkpointed, RestoreFrom, SnapshotType};
+
+fn store_err(e: blockstore::Error) -> BackendError {
+    match e {
+        blockstore::Error::InvalidArtifact { .. }
+        | blockstore::Error::Corrupt { .. }
+        | blockstore::Error::MissingParent { .. } => {
+            BackendError::InvalidInput(format!("Snapshot file refused: {}", super::error_chain(&e)))
+        }
+        other => BackendError::Host(super::error_chain(&other)),
+    }
+}
+
+fn layer_id(layer: &str) -> BackendResult<blockstore::LayerId> {
+    layer
+        .parse()
+        .map_err(|_| BackendError::InvalidInput(format!("Bad layer id {layer:?}")))
+}
+
+impl RuncBackend {
+    pub(super) async fn checkpoint_sandbox(
+        &self,
+        id: &str,
+        kind: SnapshotType,
+        memory_dir: Option<PathBuf>,
+    ) -> BackendResult<Checkpointed> {
+        let kind = match kind {
+            SnapshotType::Filesystem => CheckpointKind::Filesystem,
+            SnapshotType::Memory => CheckpointKind::Memory,
+        };
+        let info = self
+            .runtime
+            .checkpoint(id, kind, memory_dir)
+            .await
+            .map_err(host_err)?;
+        tracing::info!(sandbox = %id, ?kind, times = ?info.times, "checkpoint");
+        Ok(Checkpointed {
+            layer_id: info.layer,
+            memory_dir: info.memory_dir,
+            size_bytes: info.disk_bytes + info.memory_bytes,
+        })
+    }
+
+    pub(super) async fn restore_sandbox(
+        &self,
+        spec: &BootSpec,
+        from: RestoreFrom,
+    ) -> BackendResult<Booted> {
+        let source = SnapshotSource {
+            layer: from.layer_id,
+            memory_dir: from.memory_dir,
+        };
+        let opts = RestoreOptions {
+            identity: from.identity,
+            hooks: from.hooks,
+        };
+        let mut attempt = 0;
+        let h = loop {
+            let r = self
+                .runtime
+                .restore(self.spec(spec), source.clone(), opts.clone())
+                .await;
+            match r {
+                Ok(h) => break h,
+                Err(e) if attempt < 4 && is_transient(&e) => {
+                    tracing::debug!(sandbox = %spec.id, error = %e, "restore retry");
+                }
+                Err(e) => return Err(host_err(e)),
+            }
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+        };
+        self.remember(&h);
+        Ok(booted(&h))
+    }
+
+    fn store(&self) -> blockstore::Store {
+        self.images.store().clone()
+    }
+
+    pub(super) async fn pin(&self, name: &str, layer: &str) -> BackendResult<()> {
+        let (store, name, layer) = (self.store(), name.to_string(), layer_id(layer)?);
+        blocking(move || store.set_ref(&name, &layer).map_err(store_err)).await
+    }
+
+    pub(super) async fn unpin(&self, name: &str) -> BackendResult<()> {
+        let (store, name) = (self.store(), name.to_string());
+        blocking(move || match store.delete_ref(&name) {
+            Ok(()) | Err(blockstore::Error::RefNotFound(_)) => Ok(()),
+            Err(e) => Err(store_err(e)),
+        })
+        .await?;
+        self.gc().await
+    }
+
+    pub(super) async fn gc(&self) -> BackendResult<()> {
+        let store = self.store();
+        blocking(move || {
+            let stats = store.gc().map_err(store_err)?;
+            if stats.layers_deleted > 0 {
+                tracing::info!(?stats, "unused layers freed");
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn export(&self, layer: &str, out: PathBuf) -> BackendResult<()> {
+        let (store, layer) = (self.store(), layer_id(layer)?);
+        blocking(move || {
+            let file = std::fs::File::create(&out)
+                .map_err(|e| BackendError::Host(format!("{}: {e}", out.display())))?;
+            store.export_file(&layer, None, &file).map_err(store_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn import(&self, input: PathBuf) -> BackendResult<String> {
+        let store = self.store();
+        blocking(move || {
+            let mut file = std::fs::File::open(&input)
+                .map_err(|e| BackendError::Host(format!("{}: {e}", input.display())))?;
+            let top = store.import(&mut file).map_err(store_err)?;
+            Ok(top.to_string())
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> BackendResult<T> + Send + 'static,
+) -> BackendResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| BackendError::Host(format!("Block store task failed: {e}")))?
+}

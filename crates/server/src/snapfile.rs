@@ -1,0 +1,239 @@
+//! The snapshot export file: one file holding a snapshot's manifest, its disk layers as a
+//! block-store artifact and its memory images, with a SHA-256 over everything.
+//!
+//! ```text
+//! "SFSNAP1\n"
+//! entry*: name_len u16 LE, name, data_len u64 LE, data
+//!         ("manifest.json", "layers.artifact", "memory/<file>")
+//! "SFSNAPZ\n", SHA-256 (32 bytes) of all bytes before this trailer
+//! ```
+//! Import checks the trailer hash before reading anything else; the block store then
+//! checks every block and layer checksum of the artifact again.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+const MAGIC: &[u8; 8] = b"SFSNAP1\n";
+const TRAILER: &[u8; 8] = b"SFSNAPZ\n";
+const TRAILER_LEN: u64 = 8 + 32;
+/// Longest entry name.
+const MAX_NAME: usize = 255;
+
+/// Why a snapshot file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapfileError {
+    #[error("Snapshot file I/O on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("Not a valid snapshot file: {0}")]
+    Invalid(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapfileError + '_ {
+    move |source| SnapfileError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> SnapfileError {
+    SnapfileError::Invalid(msg.into())
+}
+
+/// A writer that hashes everything it writes.
+struct Hashing<W: Write> {
+    inner: W,
+    hash: Sha256,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes `entries` (name, source file) to `out` as a snapshot file.
+pub fn write(out: &Path, entries: &[(String, PathBuf)]) -> Result<u64, SnapfileError> {
+    let file = File::create(out).map_err(io(out))?;
+    let mut w = Hashing {
+        inner: BufWriter::new(file),
+        hash: Sha256::new(),
+    };
+    w.write_all(MAGIC).map_err(io(out))?;
+    for (name, src) in entries {
+        let mut f = File::open(src).map_err(io(src))?;
+        let len = f.metadata().map_err(io(src))?.len();
+        w.write_all(&(name.len() as u16).to_le_bytes())
+            .and_then(|()| w.write_all(name.as_bytes()))
+            .and_then(|()| w.write_all(&len.to_le_bytes()))
+            .map_err(io(out))?;
+        let copied = std::io::copy(&mut (&mut f).take(len), &mut w).map_err(io(src))?;
+        if copied != len {
+            return Err(invalid(format!(
+                "{} changed while exporting",
+                src.display()
+            )));
+        }
+    }
+    let digest = w.hash.clone().finalize();
+    let mut inner = w.inner;
+    inner
+        .write_all(TRAILER)
+        .and_then(|()| inner.write_all(&digest))
+        .and_then(|()| inner.flush())
+        .map_err(io(out))?;
+    let file = inner.into_inner().map_err(|e| io(out)(e.into_error()))?;
+    file.sync_all().map_err(io(out))?;
+    file.metadata().map(|m| m.len()).map_err(io(out))
+}
+
+/// Checks the file's hash, then extracts its entries into `dir` (which must exist).
+/// Returns the entry names in file order.
+pub fn read(input: &Path, dir: &Path) -> Result<Vec<String>, SnapfileError> {
+    let mut f = File::open(input).map_err(io(input))?;
+    let len = f.metadata().map_err(io(input))?.len();
+    if len < MAGIC.len() as u64 + TRAILER_LEN {
+        return Err(invalid("file is too short"));
+    }
+    verify_hash(&mut f, input, len - TRAILER_LEN)?;
+    f.seek(SeekFrom::Start(0)).map_err(io(input))?;
+    let mut r = BufReader::new(f).take(len - TRAILER_LEN);
+    let mut magic = [0u8; 8];
+    r.read_exact(&mut magic).map_err(io(input))?;
+    if &magic != MAGIC {
+        return Err(invalid("wrong magic"));
+    }
+    let mut names = Vec::new();
+    while r.limit() > 0 {
+        names.push(read_entry(&mut r, input, dir)?);
+    }
+    Ok(names)
+}
+
+fn verify_hash(f: &mut File, input: &Path, body: u64) -> Result<(), SnapfileError> {
+    let mut hash = Sha256::new();
+    let copied =
+        std::io::copy(&mut (&mut *f).take(body), &mut HashSink(&mut hash)).map_err(io(input))?;
+    let mut trailer = [0u8; TRAILER_LEN as usize];
+    f.read_exact(&mut trailer).map_err(io(input))?;
+    if copied != body || &trailer[..8] != TRAILER {
+        return Err(invalid("missing trailer"));
+    }
+    if hash.finalize().as_slice() != &trailer[8..] {
+        return Err(invalid(
+            "checksum mismatch (the file is corrupt or truncated)",
+        ));
+    }
+    Ok(())
+}
+
+struct HashSink<'a>(&'a mut Sha256);
+
+impl Write for HashSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Whether an entry name is safe to extract (no traversal, one optional `memory/`).
+pub fn valid_name(name: &str) -> bool {
+    let file = name.strip_prefix("memory/").unwrap_or(name);
+    !file.is_empty()
+        && name.len() <= MAX_NAME
+        && !file.starts_with('.')
+        && file
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+fn read_entry(r: &mut impl Read, input: &Path, dir: &Path) -> Result<String, SnapfileError> {
+    let mut n = [0u8; 2];
+    r.read_exact(&mut n)
+        .map_err(|_| invalid("truncated entry"))?;
+    let mut name = vec![0u8; u16::from_le_bytes(n) as usize];
+    r.read_exact(&mut name)
+        .map_err(|_| invalid("truncated entry"))?;
+    let name = String::from_utf8(name).map_err(|_| invalid("entry name is not UTF-8"))?;
+    if !valid_name(&name) {
+        return Err(invalid(format!("bad entry name {name:?}")));
+    }
+    let mut l = [0u8; 8];
+    r.read_exact(&mut l)
+        .map_err(|_| invalid("truncated entry"))?;
+    let len = u64::from_le_bytes(l);
+    let target = dir.join(&name);
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    let mut out = File::create(&target).map_err(io(&target))?;
+    let copied = std::io::copy(&mut r.take(len), &mut out).map_err(io(input))?;
+    if copied != len {
+        return Err(invalid(format!("entry {name} is truncated")));
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_any_flipped_byte_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, b"{\"x\":1}").unwrap();
+        std::fs::write(&b, vec![7u8; 5000]).unwrap();
+        let file = dir.path().join("snap.sfs");
+        let entries = vec![
+            ("manifest.json".to_string(), a),
+            ("memory/pages-1.img".to_string(), b),
+        ];
+        write(&file, &entries).unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let names = read(&file, &out).unwrap();
+        assert_eq!(names, vec!["manifest.json", "memory/pages-1.img"]);
+        assert_eq!(
+            std::fs::read(out.join("memory/pages-1.img")).unwrap(),
+            vec![7u8; 5000]
+        );
+        let good = std::fs::read(&file).unwrap();
+        for pos in [0, 9, good.len() / 2, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[pos] ^= 0xff;
+            std::fs::write(&file, &bad).unwrap();
+            assert!(read(&file, &out).is_err(), "flip at {pos}");
+        }
+        std::fs::write(&file, &good[..good.len() - 10]).unwrap();
+        assert!(read(&file, &out).is_err());
+    }
+
+    #[test]
+    fn names_cannot_escape() {
+        for bad in [
+            "../x",
+            "memory/../x",
+            "/etc/passwd",
+            "memory/",
+            ".hidden",
+            "a/b",
+        ] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+        assert!(valid_name("memory/pages-1.img") && valid_name("manifest.json"));
+    }
+}

@@ -1,0 +1,359 @@
+//! API tests of checkpoints, snapshots, fork fan-out, suspend/resume and export/import, on
+//! the real runtime (runc + CRIU).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use hyper::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// Holds a value only in memory (its file is deleted) and answers with it in /tmp/answer
+/// whenever /tmp/ask appears; also counts, so output keeps growing.
+const HOLDER: &str = "v=$(cat /tmp/secret); rm /tmp/secret; while :; do \
+    if [ -e /tmp/ask ]; then rm /tmp/ask; echo $v > /tmp/answer; fi; sleep 0.05; done";
+
+fn post(d: &TestDaemon, path: &str, body: Value) -> (StatusCode, Value) {
+    d.client().json(Method::POST, path, Some(body))
+}
+
+fn out(v: &Value) -> String {
+    v["stdout"].as_str().unwrap_or_default().trim().to_string()
+}
+
+/// Starts HOLDER with `secret` in a sandbox.
+fn hold(d: &TestDaemon, id: &str, secret: &str) {
+    d.sh(id, &format!("echo {secret} > /tmp/secret"));
+    let (s, v) = post(
+        d,
+        &format!("/v1/sandboxes/{id}/processes"),
+        json!({"command": "/bin/sh", "args": ["-c", HOLDER]}),
+    );
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert!(eventually(10, || out(
+        &d.sh(id, "test -e /tmp/secret || echo gone")
+    ) == "gone"));
+}
+
+/// Asks the in-memory holder of sandbox `id` for its value.
+fn ask(d: &TestDaemon, id: &str) -> String {
+    d.sh(id, "rm -f /tmp/answer; touch /tmp/ask");
+    let mut answer = String::new();
+    eventually(10, || {
+        answer = out(&d.sh(id, "cat /tmp/answer 2>/dev/null"));
+        !answer.is_empty()
+    });
+    answer
+}
+
+fn checkpoint(d: &TestDaemon, id: &str, kind: &str) -> Value {
+    let (s, snap) = post(
+        d,
+        &format!("/v1/sandboxes/{id}/checkpoint"),
+        json!({"type": kind}),
+    );
+    assert_eq!(s, StatusCode::CREATED, "{snap}");
+    snap
+}
+
+fn layer_count(d: &TestDaemon) -> usize {
+    std::fs::read_dir(d.data.join("store/layers"))
+        .map(|e| e.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn memory_snapshot_forks_diverge_and_delete_keeps_children() {
+    let d = TestDaemon::start();
+    let c = d.client();
+    let src = d.create(json!({"memory_mb": 128, "network": {"mode": "internet"}}));
+    hold(&d, &src, "only-in-memory-42");
+    d.sh(&src, "echo parent > /shared.txt; mkdir -p /www; echo hi > /www/index.html; httpd -p 8080 -h /www");
+    let snap = checkpoint(&d, &src, "memory");
+    assert_eq!(snap["type"], "memory");
+    assert!(snap["id"].as_str().unwrap().starts_with("snap-"));
+    assert!(snap["size_bytes"].as_u64().unwrap() > 0);
+    let sid = snap["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        ask(&d, &src),
+        "only-in-memory-42",
+        "the source keeps running"
+    );
+
+    let per_child: Vec<Value> = (0..8)
+        .map(|i| json!({"env": {"CHILD": i.to_string()}}))
+        .collect();
+    let (s, r) = post(
+        &d,
+        &format!("/v1/snapshots/{sid}/fork"),
+        json!({"count": 8, "per_child": per_child, "labels": {"group": "g"}}),
+    );
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 8);
+    let mut ids = Vec::new();
+    let mut addrs = HashSet::new();
+    let mut seeds = HashSet::new();
+    for (i, ch) in children.iter().enumerate() {
+        assert!(ch["error"].is_null(), "child {i}: {ch}");
+        let sb = &ch["sandbox"];
+        assert_eq!(sb["fork"]["index"], i);
+        assert_eq!(sb["labels"]["group"], "g");
+        addrs.insert(sb["network"]["address"].as_str().unwrap().to_string());
+        ids.push(sb["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(addrs.len(), 8, "every child has its own address");
+    // Deleting the snapshot never breaks its children.
+    let (s, _) = c.json(Method::DELETE, &format!("/v1/snapshots/{sid}"), None);
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!(
+        c.get(&format!("/v1/snapshots/{sid}")).0,
+        StatusCode::NOT_FOUND
+    );
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(ask(&d, id), "only-in-memory-42", "child {i} resumed warm");
+        assert_eq!(out(&d.sh(id, "echo $CHILD")), i.to_string());
+        let fork = out(&d.sh(id, "cat /etc/sandfork/fork"));
+        assert!(fork.contains(&format!("SANDFORK_FORK_INDEX={i}")), "{fork}");
+        assert!(
+            fork.contains(&format!("SANDFORK_PARENT_SNAPSHOT_ID={sid}")),
+            "{fork}"
+        );
+        seeds.insert(
+            fork.lines()
+                .find(|l| l.contains("SEED"))
+                .unwrap_or("")
+                .to_string(),
+        );
+        assert_eq!(out(&d.sh(id, "wget -qO- http://127.0.0.1:8080/")), "hi");
+        d.sh(id, &format!("echo {i} > /mine-{i}"));
+    }
+    assert_eq!(seeds.len(), 8, "every child has its own seed");
+    for (i, id) in ids.iter().enumerate() {
+        let ls = out(&d.sh(id, "ls / | grep mine- | tr '\\n' ' '"));
+        assert_eq!(
+            ls,
+            format!("mine-{i}"),
+            "forks never see each other's files"
+        );
+        assert_eq!(out(&d.sh(id, "cat /shared.txt")), "parent");
+    }
+    // Storage is freed once the last user goes.
+    for id in ids.iter().chain([&src]) {
+        assert_eq!(
+            c.json(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+                .0,
+            StatusCode::OK
+        );
+    }
+    assert!(
+        layer_count(&d) <= 1,
+        "only the image layer is left: {}",
+        layer_count(&d)
+    );
+}
+
+#[test]
+fn filesystem_snapshot_boots_cold_and_pins_nothing_it_should_not() {
+    let d = TestDaemon::start();
+    let src = d.create(json!({"memory_mb": 64}));
+    hold(&d, &src, "x");
+    d.sh(&src, "echo v1 > /state.txt");
+    let snap = checkpoint(&d, &src, "filesystem");
+    let sid = snap["id"].as_str().unwrap();
+    assert_eq!(snap["source_sandbox_id"], src.as_str());
+    let (_, list) = d
+        .client()
+        .get(&format!("/v1/snapshots?source={src}&type=filesystem"));
+    assert_eq!(list["snapshots"][0]["id"], sid);
+    let child = d.create(json!({"snapshot_id": sid, "memory_mb": 96}));
+    assert_eq!(out(&d.sh(&child, "cat /state.txt")), "v1");
+    let (_, procs) = d.client().get(&format!("/v1/sandboxes/{child}/processes"));
+    assert_eq!(
+        procs["processes"].as_array().unwrap().len(),
+        0,
+        "no process came back"
+    );
+    let (_, v) = d.client().get(&format!("/v1/sandboxes/{child}"));
+    assert_eq!(
+        v["memory_mb"], 96,
+        "a filesystem snapshot pins no resources"
+    );
+}
+
+#[test]
+fn bad_ids_and_pinned_resources_are_refused() {
+    let d = TestDaemon::start();
+    let c = d.client();
+    for bad in ["snap-nope", "nope", "snap-..%2F..%2Fx"] {
+        assert_error_code(c.get(&format!("/v1/snapshots/{bad}")), 404);
+        assert_error_code(
+            c.json(Method::DELETE, &format!("/v1/snapshots/{bad}"), None),
+            404,
+        );
+        assert_error_code(
+            post(
+                &d,
+                &format!("/v1/snapshots/{bad}/fork"),
+                json!({"count": 2}),
+            ),
+            404,
+        );
+        assert_error_code(post(&d, "/v1/sandboxes", json!({"snapshot_id": bad})), 404);
+        assert_error_code(
+            post(&d, &format!("/v1/snapshots/{bad}/export"), json!({})),
+            404,
+        );
+    }
+    assert_error_code(post(&d, "/v1/sandboxes/sb-nope/checkpoint", json!({})), 404);
+    assert_error_code(post(&d, "/v1/sandboxes/sb-nope/suspend", json!({})), 404);
+    let src = d.create(json!({"memory_mb": 64}));
+    let snap = checkpoint(&d, &src, "memory");
+    let sid = snap["id"].as_str().unwrap();
+    let (s, v) = post(
+        &d,
+        "/v1/sandboxes",
+        json!({"snapshot_id": sid, "memory_mb": 256}),
+    );
+    assert_error(s, &v, 422, "unsupported");
+    assert!(v["message"].as_str().unwrap().contains("memory_mb"), "{v}");
+    let (s, v) = post(
+        &d,
+        "/v1/sandboxes",
+        json!({"snapshot_id": sid, "image": "busybox"}),
+    );
+    assert_error(s, &v, 400, "invalid_argument");
+    assert_error_code(
+        post(
+            &d,
+            &format!("/v1/snapshots/{sid}/fork"),
+            json!({"count": 0}),
+        ),
+        400,
+    );
+    // A resume of a running sandbox is a state conflict.
+    assert_error_code(
+        post(&d, &format!("/v1/sandboxes/{src}/resume"), json!({})),
+        409,
+    );
+}
+
+fn assert_error_code((s, v): (StatusCode, Value), want: u16) {
+    assert_eq!(s.as_u16(), want, "{v}");
+}
+
+#[test]
+fn five_suspend_resume_cycles_keep_files_and_memory() {
+    let d = TestDaemon::start();
+    let id = d.create(json!({"name": "keeper", "memory_mb": 64}));
+    // A shell whose counter lives only in memory: each /tmp/ask bumps and reports it.
+    let script = "n=0; while :; do if [ -e /tmp/ask ]; then rm /tmp/ask; n=$((n+1)); \
+        echo $n > /tmp/answer; fi; sleep 0.05; done";
+    let (s, v) = post(
+        &d,
+        &format!("/v1/sandboxes/{id}/processes"),
+        json!({"command": "/bin/sh", "args": ["-c", script]}),
+    );
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    for cycle in 1..=5 {
+        assert_eq!(
+            ask(&d, &id),
+            cycle.to_string(),
+            "memory counter before suspend {cycle}"
+        );
+        d.sh(&id, &format!("echo {cycle} >> /cycles.txt"));
+        let (s, v) = post(&d, "/v1/sandboxes/keeper/suspend", json!({}));
+        assert_eq!(
+            (s, v["state"].as_str()),
+            (StatusCode::OK, Some("suspended")),
+            "{v}"
+        );
+        assert_eq!(v["id"], id.as_str());
+        assert!(
+            host_traces(&d.data, &id)
+                .iter()
+                .all(|t| !t.contains("runc")),
+            "nothing runs"
+        );
+        let (s, v) = post(&d, "/v1/sandboxes/keeper/resume", json!({}));
+        assert_eq!(
+            (s, v["state"].as_str()),
+            (StatusCode::OK, Some("running")),
+            "{v}"
+        );
+        let want: Vec<String> = (1..=cycle).map(|i| i.to_string()).collect();
+        assert_eq!(out(&d.sh(&id, "cat /cycles.txt")), want.join("\n"));
+    }
+    // Suspended snapshots are internal.
+    let (_, list) = d.client().get("/v1/snapshots");
+    assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
+}
+
+#[test]
+fn named_sandbox_suspends_at_timeout_unnamed_terminates() {
+    let d = TestDaemon::start();
+    let named = d.create(json!({"name": "sleepy", "memory_mb": 64, "timeout_secs": 1}));
+    let unnamed = d.create(json!({"memory_mb": 64, "timeout_secs": 1}));
+    let state = |id: &str| d.client().get(&format!("/v1/sandboxes/{id}")).1["state"].clone();
+    assert!(
+        eventually(30, || state(&named) == "suspended"),
+        "{}",
+        state(&named)
+    );
+    assert!(
+        eventually(30, || state(&unnamed) == "terminated"),
+        "{}",
+        state(&unnamed)
+    );
+    let (s, v) = post(&d, &format!("/v1/sandboxes/{named}/resume"), json!({}));
+    assert_eq!(s, StatusCode::OK, "{v}");
+}
+
+#[test]
+fn export_import_round_trip_and_corruption_refused() {
+    let d = TestDaemon::start();
+    let src = d.create(json!({"memory_mb": 64}));
+    hold(&d, &src, "travelling-value");
+    d.sh(&src, "echo travels > /exported.txt");
+    let snap = checkpoint(&d, &src, "memory");
+    let sid = snap["id"].as_str().unwrap();
+    let reply = d
+        .client()
+        .raw(Method::POST, &format!("/v1/snapshots/{sid}/export"), "", "");
+    assert_eq!(reply.status, StatusCode::OK);
+    let file = reply.body.to_vec();
+    assert!(file.len() > 1000);
+    let mut bad = file.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0xff;
+    let r = d.client().raw(
+        Method::POST,
+        "/v1/snapshots/import",
+        "application/octet-stream",
+        bad,
+    );
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.json());
+    let (s, _) = d
+        .client()
+        .json(Method::DELETE, &format!("/v1/snapshots/{sid}"), None);
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let r = d.client().raw(
+        Method::POST,
+        "/v1/snapshots/import",
+        "application/octet-stream",
+        file,
+    );
+    assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.json());
+    let imported = r.json();
+    assert_eq!(imported["type"], "memory");
+    let child = d.create(json!({"snapshot_id": imported["id"]}));
+    assert_eq!(out(&d.sh(&child, "cat /exported.txt")), "travels");
+    assert_eq!(ask(&d, &child), "travelling-value");
+    // Nothing of the transfers is left in the data directory's scratch space.
+    let scratch = d.data.join("tmp/snapshot-transfer");
+    let left = std::fs::read_dir(&scratch).map(|e| e.count()).unwrap_or(0);
+    assert_eq!(left, 0);
+    std::thread::sleep(Duration::from_millis(10));
+}
