@@ -88,6 +88,14 @@ impl Bitmap {
                 .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (i % 64)) != 0)
     }
 
+    /// The aligned 64-bit word holding bit `i` (bit `i % 64` of the result).
+    pub fn word_of(&self, i: u64) -> u64 {
+        if i >= self.len {
+            return 0;
+        }
+        self.word(i).map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
     /// Sets bit `i` (which must be below `len`).
     pub fn set(&self, i: u64) {
         debug_assert!(i < self.len);

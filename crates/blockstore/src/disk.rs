@@ -7,7 +7,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::fsutil::{self, FileLock};
 use crate::id::LayerId;
-use crate::layer::{Layer, Source};
+use crate::layer::Layer;
+#[cfg(test)]
+use crate::layer::Source;
 use crate::store::{check_size, Manifest, Store};
 use crate::{compact, Error, Result, BLOCK_SIZE};
 
@@ -36,7 +38,9 @@ impl State {
         }
     }
 
-    /// The topmost layer holding block `b`, or `Zero`.
+    /// The topmost layer holding block `b`, or `Zero` (the per-block reference for
+    /// `io::resolve_range`).
+    #[cfg(test)]
     fn resolve(&self, b: u64) -> Source {
         let depth = self.chain.len();
         for k in 0..=depth {

@@ -6,6 +6,7 @@ use parking_lot::MutexGuard;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{Disk, State, BS, BSU, STRIPES};
+use crate::bitmap::SetBits;
 use crate::device::{check_range, BlockDevice};
 use crate::fsutil::{is_zero, AlignedBuf};
 use crate::layer::{Source, MAX_RUN};
@@ -28,18 +29,19 @@ impl Disk {
     /// Reads the whole blocks from `first` into `dst`, one read per run of blocks that
     /// resolve to the same layer.
     fn read_full(&self, st: &State, first: u64, dst: &mut [u8]) -> Result<()> {
-        let n = (dst.len() / BSU) as u64;
+        let sources = resolve_range(st, first, dst.len() / BSU);
+        let n = sources.len();
         let mut i = 0;
         while i < n {
-            let src = st.resolve(first + i);
+            let src = sources[i];
             let mut j = i + 1;
-            while j < n && j - i < MAX_RUN && st.resolve(first + j) == src {
+            while j < n && j - i < MAX_RUN as usize && sources[j] == src {
                 j += 1;
             }
-            let part = &mut dst[(i * BS) as usize..(j * BS) as usize];
+            let part = &mut dst[i * BSU..j * BSU];
             match src {
                 Source::Zero => part.fill(0),
-                Source::Layer(k) => st.layer(k).read_blocks(first + i, part)?,
+                Source::Layer(k) => st.layer(k).read_blocks(first + i as u64, part)?,
             }
             i = j;
         }
@@ -157,6 +159,51 @@ impl Disk {
             ov.punch(first, count)?;
         }
         Ok(())
+    }
+}
+
+/// Resolves `count` blocks from `first`, 64 at a time: per layer, two word loads
+/// decide up to 64 blocks, so a deep chain costs O(depth) per 64 blocks, not per block.
+pub(super) fn resolve_range(st: &State, first: u64, count: usize) -> Vec<Source> {
+    let mut out = vec![Source::Zero; count];
+    let mut i = 0;
+    while i < count {
+        let b = first + i as u64;
+        let len = ((64 - b % 64) as usize).min(count - i);
+        resolve_word(st, b, &mut out[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+/// Resolves `out.len()` blocks from `first`, all within one aligned 64-block word.
+fn resolve_word(st: &State, first: u64, out: &mut [Source]) {
+    let shift = first % 64;
+    let ones = if out.len() >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << out.len()) - 1
+    };
+    let mut remaining = ones << shift;
+    for k in 0..=st.chain.len() {
+        let layer = st.layer(k);
+        let held = layer.dirty.word_of(first) & remaining;
+        if held == 0 {
+            continue;
+        }
+        let zero = layer.zero.word_of(first);
+        for bit in SetBits(held) {
+            let zeroed = zero & (1 << bit) != 0;
+            out[(bit - shift) as usize] = if zeroed {
+                Source::Zero
+            } else {
+                Source::Layer(k)
+            };
+        }
+        remaining &= !held;
+        if remaining == 0 {
+            break;
+        }
     }
 }
 

@@ -107,3 +107,32 @@ fn grown_size_survives_reopen_without_flush() {
     assert_eq!(disk.size(), 3 << 20);
     disk.write_at(&[5u8; 4096], (3 << 20) - 4096).unwrap();
 }
+
+#[test]
+fn word_resolution_matches_per_block_resolution() {
+    let (_dir, _store, disk) = setup();
+    let mut x = 0x1234_5678_9abc_def1u64;
+    for round in 0..6 {
+        for _ in 0..40 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let off = x % ((1 << 20) - 9000);
+            if x.is_multiple_of(3) {
+                disk.discard(off, x % 9000).unwrap();
+            } else {
+                disk.write_at(&vec![round + 1; (x % 9000) as usize + 1], off)
+                    .unwrap();
+            }
+        }
+        disk.seal().unwrap();
+    }
+    let st = disk.state.read();
+    for (first, count) in [(0, 256), (3, 61), (63, 2), (64, 64), (100, 156), (250, 6)] {
+        let fast = io::resolve_range(&st, first, count);
+        let slow: Vec<Source> = (first..first + count as u64)
+            .map(|b| st.resolve(b))
+            .collect();
+        assert_eq!(fast, slow, "blocks {first}..+{count}");
+    }
+}
