@@ -503,3 +503,36 @@ fn kill9_during_creates_leaks_nothing() {
         .collect();
     assert!(strays.is_empty(), "daemon {daemon}, strays: {strays:?}");
 }
+
+#[test]
+fn a_second_daemon_on_the_same_socket_is_refused() {
+    let d = Daemon::start();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(d.dir.path().join("other"))
+        .arg("--socket")
+        .arg(d.socket())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: Another daemon is already serving"),
+        "{err}"
+    );
+    assert!(
+        d.cli(&["ls"]).status.success(),
+        "the first daemon still serves"
+    );
+    let bad = d.dir.path().join("bad.toml");
+    std::fs::write(&bad, "max_sandbox = 3\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("max_sandbox"), "{err}");
+}
