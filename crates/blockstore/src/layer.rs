@@ -137,7 +137,10 @@ impl Layer {
             size_blocks: m.header.size_blocks,
             dirty: m.dirty,
             zero: m.zero,
-            hashes: m.hashes,
+            hashes: match m.has_hashes {
+                true => m.hashes,
+                false => HashTable::new(m.header.size_blocks),
+            },
             dir: dir.to_owned(),
             data: Arc::new(data),
             direct,

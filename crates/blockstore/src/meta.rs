@@ -377,7 +377,9 @@ fn decode_hashes(
         if count != 0 {
             return Err(invalid("unsealed layer metadata carries hashes"));
         }
-        return Ok((HashTable::new(size), false));
+        // Left empty: whoever opens the overlay sizes the table (no allocation from
+        // an untrusted size field here).
+        return Ok((HashTable::new(0), false));
     }
     let data = data_chunks(dirty, zero);
     let held: u64 = data
