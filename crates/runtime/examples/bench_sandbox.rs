@@ -112,6 +112,7 @@ fn exec_true() -> agent::proto::ExecRequest {
 async fn create_first_exec(
     rt: &ContainerRuntime,
     image: &ImageRef,
+    network: &runtime::NetworkMode,
     runs: usize,
     bare: &mut BareRun,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
@@ -120,7 +121,9 @@ async fn create_first_exec(
         base.push(bare.once()?);
         let id = format!("bench-{}-{i}", std::process::id());
         let t = Instant::now();
-        let sb = rt.create(spec(id.clone(), image)).await?;
+        let mut s = spec(id.clone(), image);
+        s.network = network.clone();
+        let sb = rt.create(s).await?;
         let r = sb.agent().exec_collect(exec_true(), 1024).await?;
         ours.push(ms(t));
         ensure!(r.code() == Some(0), "true failed in the sandbox");
@@ -302,7 +305,8 @@ async fn main() -> Result<()> {
 
     let base_name = "runc run, plain dir rootfs";
     let mut bare = BareRun::new(scratch.path())?;
-    let (mut ours, mut base) = create_first_exec(&rt, &busybox, a.runs, &mut bare).await?;
+    let none = runtime::NetworkMode::None;
+    let (mut ours, mut base) = create_first_exec(&rt, &busybox, &none, a.runs, &mut bare).await?;
     line(
         "create→first exec (busybox)",
         &mut ours,
@@ -310,8 +314,21 @@ async fn main() -> Result<()> {
         base_name,
         "≤ 2×",
     );
+    let internet = runtime::NetworkMode::Internet {
+        allow_out: vec![],
+        deny_out: vec![],
+    };
+    let (mut ours, mut base) =
+        create_first_exec(&rt, &busybox, &internet, a.runs, &mut bare).await?;
+    line(
+        "create→first exec (busybox, internet)",
+        &mut ours,
+        &mut base,
+        base_name,
+        "",
+    );
     if let Some(py) = &python {
-        let (mut ours, mut base) = create_first_exec(&rt, py, a.runs, &mut bare).await?;
+        let (mut ours, mut base) = create_first_exec(&rt, py, &none, a.runs, &mut bare).await?;
         line(
             "create→first exec (python)",
             &mut ours,

@@ -93,11 +93,16 @@ fn build(
 ) -> Result<()> {
     done.push(Step::RunDir);
     ctx.host.mount_run_dir(paths)?;
-    // The disk and the network do not depend on each other: made side by side.
+    // Before any process is spawned for this sandbox: the store holds a file lock while
+    // it creates the disk, and a child forked meanwhile keeps it until it execs.
+    done.push(Step::Disk);
     let (names, spec) = (record.names.clone(), record.spec.clone());
+    ctx.host
+        .create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
+    // Mounting the disk and making the network do not depend on each other: side by side.
     let (mut disk_done, mut net_done) = (Vec::new(), Vec::new());
     let (disk, net) = std::thread::scope(|s| {
-        let disk = s.spawn(|| build_disk(ctx, paths, &names, &spec, &mut disk_done));
+        let disk = s.spawn(|| mount_disk(ctx, paths, &names, &mut disk_done));
         let net = build_net(ctx, paths, record, &mut net_done);
         (disk.join(), net)
     });
@@ -112,17 +117,13 @@ fn build(
     start(ctx, paths, record, done)
 }
 
-fn build_disk(
+fn mount_disk(
     ctx: &Ctx<'_>,
     paths: &SandboxPaths,
     names: &Names,
-    spec: &SandboxSpec,
     done: &mut Vec<Step>,
 ) -> Result<()> {
     let t = std::time::Instant::now();
-    done.push(Step::Disk);
-    ctx.host
-        .create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
     done.push(Step::Mount);
     ctx.host.mount_disk(&names.disk, paths)?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");

@@ -58,7 +58,8 @@ fn internet() -> NetworkMode {
     }
 }
 
-const DISK_BRANCH: &[&str] = &["create_disk", "mount_disk"];
+const HEAD: &[&str] = &["mount_run_dir", "create_disk"];
+const DISK_BRANCH: &[&str] = &["mount_disk"];
 const NET_NONE: &[&str] = &["netns_add"];
 const NET_INTERNET: &[&str] = &["netns_add", "veth_add", "nft_prepare", "nft_apply"];
 const TAIL: &[&str] = &["write_config", "runc_run", "wait_agent"];
@@ -77,16 +78,16 @@ fn in_order(ops: &[String], part: &[&str]) -> bool {
     part.iter().all(|p| it.any(|o| o == p))
 }
 
-/// The disk and network branches run side by side: each in order, both between the run
-/// directory and the container.
+/// The disk mount and network branches run side by side: each in order, both between
+/// the disk's creation and the container.
 fn assert_create_order(ops: &[String], network: bool) {
     let net = net_branch(network);
     assert_eq!(
         ops.len(),
-        1 + DISK_BRANCH.len() + net.len() + TAIL.len(),
+        HEAD.len() + DISK_BRANCH.len() + net.len() + TAIL.len(),
         "{ops:?}"
     );
-    assert_eq!(ops[0], "mount_run_dir");
+    assert_eq!(ops[..HEAD.len()], *HEAD, "{ops:?}");
     assert!(in_order(ops, DISK_BRANCH), "{ops:?}");
     assert!(in_order(ops, net), "{ops:?}");
     assert_eq!(ops[ops.len() - TAIL.len()..], *TAIL, "{ops:?}");
@@ -130,10 +131,10 @@ fn attempted(failed: &str, network: bool) -> Vec<&'static str> {
             None => ops.to_vec(),
         }
     };
-    if failed == "mount_run_dir" {
-        return vec!["mount_run_dir"];
+    if HEAD.contains(&failed) {
+        return upto(HEAD);
     }
-    let mut ops = vec!["mount_run_dir"];
+    let mut ops = HEAD.to_vec();
     ops.extend(upto(DISK_BRANCH));
     ops.extend(upto(net));
     if !DISK_BRANCH.contains(&failed) && !net.contains(&failed) {
@@ -172,7 +173,7 @@ fn expected_undo(attempted: &[&str], failed: &str) -> Vec<&'static str> {
 #[test]
 fn failed_create_undoes_every_attempted_step() {
     for network in [false, true] {
-        let mut steps = vec!["mount_run_dir"];
+        let mut steps = HEAD.to_vec();
         steps.extend(DISK_BRANCH.iter().chain(net_branch(network)).chain(TAIL));
         for failed in steps.into_iter().filter(|s| *s != "nft_apply") {
             let env = env();
