@@ -178,12 +178,13 @@ impl Disk {
                 return Err(e);
             }
         };
+        // From the metadata rename on, the on-disk overlay may be sealed; failing now
+        // leaves the disk to be completed by the next open (`finish_interrupted_seal`).
         if let Err(e) = meta.commit() {
             manifest.abort();
+            self.broken.store(true, Ordering::Release);
             return Err(e);
         }
-        // From here the on-disk overlay is sealed; failing now leaves the disk to be
-        // completed by the next open (see `Store::finish_interrupted_seal`).
         let sealed = ov.mark_sealed(enc);
         if let Err(e) = manifest.commit() {
             self.broken.store(true, Ordering::Release);
