@@ -250,7 +250,8 @@ async fn memory_suite(b: &Arc<Bench>, mb: u64, runs: usize, fanout: &[usize]) ->
     }
     let info = last.context("no checkpoint")?;
     let extra = serde_json::json!({"memory_image_mb": r2(info.memory_bytes as f64 / 1048576.0),
-        "paused_ms": r2(info.times.paused_ms), "target": "< 300 ms for 50 MB"});
+        "paused_ms": r2(info.times.paused_ms), "seal_ms": r2(info.times.seal_ms),
+        "dump_ms": r2(info.times.dump_ms), "target": "< 300 ms for 50 MB"});
     emit(
         &format!("memory checkpoint, {kind} holding {mb} MB"),
         &cp,
@@ -327,12 +328,10 @@ async fn fs_suite(b: &Bench) -> Result<()> {
             times.push(info.times.total_ms);
         }
         let size = sh(&agent, "df -m / | tail -1 | awk '{print $2}'").await?;
-        let extra = serde_json::json!({"changed_mb": changed, "disk_mb": size.trim().parse::<u64>().unwrap_or(0)});
+        let fs_mb = size.trim().parse::<u64>().unwrap_or(0);
+        let extra = serde_json::json!({"changed_mb": changed, "disk_mb": disk_mb, "fs_mb": fs_mb});
         emit(
-            &format!(
-                "filesystem checkpoint, {changed} MB changed, disk {} MB",
-                size.trim()
-            ),
+            &format!("filesystem checkpoint, {changed} MB changed, disk {disk_mb} MB"),
             &times,
             None,
             "ms",
