@@ -9,7 +9,7 @@ STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+cr
 
 export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
 
-.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore
+.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-fork
 
 setup:
 	@scripts/setup
@@ -41,3 +41,6 @@ bench: bench-blockstore
 
 bench-blockstore: build-release
 	@bench/blockstore
+
+bench-fork: build-release
+	@bench/fork --python --mb 50,500 --fanout 1,8,32
