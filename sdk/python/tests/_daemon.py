@@ -32,6 +32,7 @@ class Daemon:
     socket: Path
     log: Path
     process: subprocess.Popen
+    token: Optional[str] = None
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -78,7 +79,7 @@ def _agent_env() -> dict:
 def wait_healthy(daemon: Daemon) -> None:
     from sandfork import Client, SandforkError
 
-    client = Client(url=daemon.url, timeout=5)
+    client = Client(url=daemon.url, token=daemon.token or "", timeout=5)
     deadline = time.monotonic() + HEALTH_TIMEOUT
     while time.monotonic() < deadline:
         if daemon.process.poll() is not None:
@@ -97,8 +98,8 @@ def start_daemon(binary: Path, extra_args: Sequence[str] = (), root: Optional[Pa
     # A short path: Unix socket paths are limited to 107 bytes.
     root = root or Path(tempfile.mkdtemp(prefix="sfsdk-"))
     data_dir, sock, log = root / "data", root / "s.sock", root / "daemon.log"
-    data_dir.mkdir()
-    with open(log, "wb") as out:
+    data_dir.mkdir(exist_ok=True)
+    with open(log, "ab") as out:
         process = subprocess.Popen(
             [str(binary), "serve", "--data-dir", str(data_dir), "--socket", str(sock), *extra_args],
             stdout=out, stderr=subprocess.STDOUT, env=_agent_env(), start_new_session=True,
@@ -111,7 +112,7 @@ def terminate_leftovers(daemon: Daemon) -> List[str]:
     design, to be re-adopted); returns their ids."""
     from sandfork import Client, Sandbox, SandforkError
 
-    client = Client(url=daemon.url)
+    client = Client(url=daemon.url, token=daemon.token or "")
     try:
         live = [s for s in Sandbox.list(client=client) if s.status not in ("terminated", "failed")]
     except SandforkError:
@@ -179,5 +180,28 @@ def leftover_containers(data_dir: Path) -> List[str]:
 
 
 def check_nothing_leaked(daemon: Daemon) -> None:
-    leaks = leftover_containers(daemon.data_dir) + leftover_mounts(daemon.root) + leftover_loop_devices(daemon.root)
+    leaks = leaks_of(daemon)
     assert not leaks, "the daemon left these behind after SIGTERM:\n" + "\n".join(leaks)
+
+
+def leaks_of(daemon: Daemon) -> List[str]:
+    """Containers, mounts and loop devices the daemon's data dir still has."""
+    return leftover_containers(daemon.data_dir) + leftover_mounts(daemon.root) + leftover_loop_devices(daemon.root)
+
+
+def clean_up_after(daemon: Daemon) -> List[str]:
+    """Stops the daemon and returns what it leaked; if anything, restarts it on the same
+    data dir so that it re-adopts and terminates what is left, then stops it again."""
+    left = terminate_leftovers(daemon) if daemon.process.poll() is None else []
+    stop_daemon(daemon)
+    leaks = leaks_of(daemon)
+    if leaks:
+        binary = daemon_binary()
+        if binary is not None:
+            again = start_daemon(binary, root=daemon.root)
+            try:
+                wait_healthy(again)
+                terminate_leftovers(again)
+            finally:
+                stop_daemon(again)
+    return [f"sandbox left running by the tests: {i}" for i in left] + leaks

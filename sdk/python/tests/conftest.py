@@ -13,16 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from _daemon import (
-    Daemon,
-    check_nothing_leaked,
-    daemon_binary,
-    implements_serve,
-    start_daemon,
-    stop_daemon,
-    terminate_leftovers,
-    wait_healthy,
-)
+from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy
 
 
 @pytest.fixture(scope="session")
@@ -44,16 +35,13 @@ def daemon() -> Iterator[Daemon]:
             os.environ.pop("SANDFORK_URL", None)
         else:
             os.environ["SANDFORK_URL"] = old_url
-        try:
-            left = terminate_leftovers(d)
-            stop_daemon(d)
-            check_nothing_leaked(d)
-            assert not left, f"tests left these sandboxes running: {left}"
-        finally:
-            if os.environ.get("SANDFORK_TEST_KEEP"):
-                print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
-            else:
-                shutil.rmtree(d.root, ignore_errors=True)
+        problems = clean_up_after(d)
+        still = leaks_of(d)
+        if os.environ.get("SANDFORK_TEST_KEEP") or still:
+            print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
+        else:
+            shutil.rmtree(d.root, ignore_errors=True)
+        assert not problems, "after the tests, the daemon left behind:\n" + "\n".join(problems)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import pytest
 import sandfork
 from sandfork import Client, Sandbox
 
-from _daemon import Daemon, check_nothing_leaked, daemon_binary, implements_serve, start_daemon, stop_daemon, wait_healthy
+from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy
 
 pytestmark = pytest.mark.daemon
 
@@ -38,30 +38,15 @@ def tcp_daemon() -> Iterator[Daemon]:
     port = _free_port()
     args = ["--listen", f"127.0.0.1:{port}", "--token-file", str(token_file), "--max-sandboxes", "1"]
     d = start_daemon(binary, args, root=root)
-    d.url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy_with_token(d)
-        yield d
-    finally:
-        try:
-            stop_daemon(d)
-            check_nothing_leaked(d)
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def wait_healthy_with_token(d: Daemon) -> None:
-    import os
-
-    old = os.environ.get("SANDFORK_TOKEN")
-    os.environ["SANDFORK_TOKEN"] = TOKEN
+    d.url, d.token = f"http://127.0.0.1:{port}", TOKEN
     try:
         wait_healthy(d)
+        yield d
     finally:
-        if old is None:
-            os.environ.pop("SANDFORK_TOKEN", None)
-        else:
-            os.environ["SANDFORK_TOKEN"] = old
+        problems = clean_up_after(d)
+        if not leaks_of(d):
+            shutil.rmtree(root, ignore_errors=True)
+        assert not problems, "the second daemon left behind:\n" + "\n".join(problems)
 
 
 def test_token_is_required_and_accepted(tcp_daemon: Daemon) -> None:

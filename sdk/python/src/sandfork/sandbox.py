@@ -331,6 +331,7 @@ class Sandbox(FilesMixin):
         *,
         name: Optional[str] = None,
         hooks: Optional[List[Mapping[str, Any]]] = None,
+        labels: Optional[Mapping[str, str]] = None,
         wait: bool = True,
         timeout: Optional[float] = None,
     ) -> Snapshot:
@@ -341,12 +342,14 @@ class Sandbox(FilesMixin):
                 ``MEMORY`` (disk, memory and processes, for warm restores).
             name: Optional snapshot name.
             hooks: Commands (``Exec`` documents, e.g. ``{"command": "sh",
-                "args": ["-c", "..."]}``) run in every sandbox restored from it.
+                "args": ["-c", "..."]}``) run in every sandbox restored from it,
+                before it is handed out.
+            labels: Free-form key/value labels of the snapshot.
             wait: Accepted for Tensorlake compatibility; checkpoints always
                 complete before this returns.
             timeout: Socket timeout in seconds (default: wait as long as it takes).
         """
-        body = _drop_none(type=CheckpointType(checkpoint_type).value, name=name, hooks=hooks)
+        body = _drop_none(type=CheckpointType(checkpoint_type).value, name=name, hooks=[dict(h) for h in hooks] if hooks else None, labels=dict(labels) if labels else None)
         doc = self._client.request_json("POST", self._route + "/checkpoint", json_body=body, timeout=timeout, unbounded=timeout is None)
         return Snapshot(doc, self._client)
 
@@ -361,15 +364,19 @@ class Sandbox(FilesMixin):
         labels: Optional[Mapping[str, str]] = None,
         per_child: Optional[List[Mapping[str, Any]]] = None,
         name_prefix: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
     ) -> ForkResult:
         """Checkpoints memory in place once and starts ``count`` independent copies.
 
-        The source keeps its id and keeps running. Children succeed or fail
+        The source keeps its id and keeps running. ``per_child`` is a list of
+        ``{"env": ..., "labels": ...}`` (by index, added to ``env``/``labels``);
+        children are named ``<name_prefix>-<index>`` when a prefix is given and
+        get ``timeout_secs`` as their idle timeout. Children succeed or fail
         independently: the :class:`~sandfork.ForkResult` is a list of the
         sandboxes that started, with ``.errors`` for those that did not
         (call ``.raise_for_errors()`` to turn any failure into an exception).
         """
-        body = fork_body(count, env, secrets, labels, per_child, name_prefix)
+        body = fork_body(count, env, secrets, labels, per_child, name_prefix, timeout_secs)
         doc = self._client.request_json("POST", self._route + "/fork", json_body=body, unbounded=True)
         return ForkResult.from_json(doc, self._client, source_sandbox_id=self.id)
 

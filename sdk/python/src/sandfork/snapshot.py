@@ -37,6 +37,7 @@ def fork_body(
     labels: Optional[Mapping[str, str]] = None,
     per_child: Optional[List[Mapping[str, Any]]] = None,
     name_prefix: Optional[str] = None,
+    timeout_secs: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The API's fork request document."""
     if int(count) < 1:
@@ -49,6 +50,8 @@ def fork_body(
         body["per_child"] = [dict(c) for c in per_child]
     if name_prefix is not None:
         body["name_prefix"] = name_prefix
+    if timeout_secs is not None:
+        body["timeout_secs"] = int(timeout_secs)
     return body
 
 
@@ -149,7 +152,7 @@ class Snapshot:
         """Starts ``count`` independent sandboxes from this snapshot in one call.
 
         ``snap.fork(count, env=None, secrets=None, labels=None, per_child=None,
-        name_prefix=None)``, or on the class ``Snapshot.fork(snapshot_id, count, ...)``.
+        name_prefix=None, timeout_secs=None)``, or on the class ``Snapshot.fork(snapshot_id, count, ...)``.
         ``per_child`` is a list of ``{"env": ..., "labels": ...}``, one per child.
 
         Returns a :class:`ForkResult`: the list of sandboxes that started,
@@ -169,8 +172,9 @@ class Snapshot:
         labels: Optional[Mapping[str, str]] = None,
         per_child: Optional[List[Mapping[str, Any]]] = None,
         name_prefix: Optional[str] = None,
+        timeout_secs: Optional[int] = None,
     ) -> "ForkResult":
-        body = fork_body(count, env, secrets, labels, per_child, name_prefix)
+        body = fork_body(count, env, secrets, labels, per_child, name_prefix, timeout_secs)
         doc = self._client.request_json("POST", f"/v1/snapshots/{seg(self.id)}/fork", json_body=body, unbounded=True)
         result = ForkResult.from_json(doc, self._client, source_sandbox_id=self.source_sandbox_id)
         result.snapshot_id = result.snapshot_id or self.id
