@@ -79,7 +79,11 @@ def test_fork_children_diverge(daemon) -> None:
                 assert f"mine-{i}.txt" in names and not (names & {f"mine-{j}.txt" for j in range(3) if j != i})
                 assert child.read_file("/shared.txt") == b"parent"
                 assert child.run("sh", ["-c", "echo $CHILD"]).stdout == f"{i}\n"
-                assert child.info().fork is not None
+                info = child.info()
+                assert info.fork is not None and info.fork["index"] == i and info.fork["parent_snapshot_id"] == snap.id
+            identities = [c.run("sh", ["-c", "echo $SANDFORK_FORK_INDEX $SANDFORK_FORK_SEED"]).stdout.split() for c in children]
+            assert [ident[0] for ident in identities] == ["0", "1", "2"]
+            assert len({ident[1] for ident in identities}) == 3, "every child gets its own seed"
         assert all(c.status == SandboxStatus.TERMINATED for c in children)
     finally:
         snap.delete()
