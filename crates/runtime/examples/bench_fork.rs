@@ -143,6 +143,19 @@ impl Bench {
     }
 }
 
+/// Destroys a sandbox, retrying while its disk server is still exiting.
+async fn destroy(rt: &ContainerRuntime, id: &str) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match rt.destroy(id).await {
+            Err(e) if attempt < 5 => eprintln!("bench: destroy retry: {e}"),
+            r => return Ok(r?),
+        }
+        attempt += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200 << attempt)).await;
+    }
+}
+
 async fn sh(agent: &agent::AgentClient, script: &str) -> Result<String> {
     let req = agent::proto::ExecRequest {
         command: "/bin/sh".into(),
@@ -229,7 +242,7 @@ async fn fan_out(
     }
     let total = ms(t);
     for id in ids {
-        b.rt.destroy(&id).await?;
+        destroy(&b.rt, &id).await?;
     }
     Ok((total, per))
 }
@@ -266,10 +279,10 @@ async fn memory_suite(b: &Arc<Bench>, mb: u64, runs: usize, fanout: &[usize]) ->
     let (mut warm, mut cold) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let (id, m) = cold_ready(b, mem).await?;
-        b.rt.destroy(&id).await?;
+        destroy(&b.rt, &id).await?;
         cold.push(m);
         let (id, m) = restore_ready(b, &from, mem).await?;
-        b.rt.destroy(&id).await?;
+        destroy(&b.rt, &id).await?;
         warm.push(m);
     }
     let base = Some((cold.as_slice(), "cold create → first exec, same image"));
@@ -304,18 +317,18 @@ async fn memory_suite(b: &Arc<Bench>, mb: u64, runs: usize, fanout: &[usize]) ->
             extra,
         );
     }
-    b.rt.destroy(&src).await?;
+    destroy(&b.rt, &src).await?;
     Ok(())
 }
 
 async fn fs_suite(b: &Bench) -> Result<()> {
     for (changed, disk_mb) in [
-        (0u64, 0u64),
-        (16, 0),
-        (64, 0),
-        (256, 0),
-        (16, 4096),
-        (16, 16384),
+        (0u64, 2048u64),
+        (16, 2048),
+        (64, 2048),
+        (256, 2048),
+        (16, 8192),
+        (16, 32768),
     ] {
         let id = b.id("fs");
         let sb = b.rt.create(b.spec(id.clone(), 512, disk_mb)).await?;
@@ -342,7 +355,7 @@ async fn fs_suite(b: &Bench) -> Result<()> {
             "ms",
             extra,
         );
-        b.rt.destroy(&id).await?;
+        destroy(&b.rt, &id).await?;
     }
     Ok(())
 }
