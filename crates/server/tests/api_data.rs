@@ -289,3 +289,33 @@ fn metrics_move_and_openapi_is_served() {
     let (s, h) = c.get("/v1/health");
     assert_eq!((s, h["api_version"].as_u64()), (StatusCode::OK, Some(1)));
 }
+
+#[test]
+fn checkpoint_and_restore_metrics_move() {
+    let d = TestDaemon::start();
+    let c = d.client();
+    let text = |c: &Client| {
+        String::from_utf8(c.raw(Method::GET, "/metrics", "", "").body.to_vec()).unwrap()
+    };
+    let id = d.create(json!({}));
+    let before = text(&c);
+    let (s, snap) = c.json(
+        Method::POST,
+        &format!("/v1/sandboxes/{id}/checkpoint"),
+        Some(json!({"type": "filesystem"})),
+    );
+    assert_eq!(s, StatusCode::CREATED, "{snap}");
+    let child = d.create(json!({"snapshot_id": snap["id"]}));
+    assert_eq!(d.sh(&child, "echo restored")["stdout"], "restored\n");
+    let after = text(&c);
+    for name in [
+        "sandfork_checkpoint_seconds_count",
+        "sandfork_restore_seconds_count",
+    ] {
+        assert_eq!(
+            metric(&after, name) - metric(&before, name),
+            1.0,
+            "{name}\n{after}"
+        );
+    }
+}

@@ -203,7 +203,7 @@ impl Manager {
         };
         let started = std::time::Instant::now();
         let result = self.backend.restore(&row.boot, from).await;
-        self.metrics.create.observe(started.elapsed());
+        self.metrics.restore.observe(started.elapsed());
         match result {
             Ok(booted) => {
                 lock(&entry.row).view.network.address = booted.address;
