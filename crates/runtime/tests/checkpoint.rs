@@ -69,6 +69,8 @@ async fn memory_restore_resumes_processes_and_forks_diverge() {
         assert!(fork.contains(&format!("SANDFORK_FORK_INDEX={i}")), "{fork}");
         let (_, data, _) = sh(&agent, "cat /data.txt").await;
         assert_eq!(data.trim(), "on-disk");
+        let (_, hook, _) = sh(&agent, "cat /hook").await;
+        assert_eq!(hook.trim(), "hooked", "the after-restore hook ran");
         sh(&agent, &format!("echo {i} > /mine-{i}")).await;
     }
     for (i, child) in children.iter().enumerate() {

@@ -181,6 +181,18 @@ fn filesystem_snapshot_boots_cold_and_pins_nothing_it_should_not() {
         v["memory_mb"], 96,
         "a filesystem snapshot pins no resources"
     );
+    // After-restore hooks run in every child before it is handed out.
+    let hook = |script: &str| json!({"command": "/bin/sh", "args": ["-c", script]});
+    let body = json!({"type": "filesystem", "hooks": [hook("echo hooked > /hooked")]});
+    let (s, hooked) = post(&d, &format!("/v1/sandboxes/{src}/checkpoint"), body);
+    assert_eq!(s, StatusCode::CREATED, "{hooked}");
+    let child = d.create(json!({"snapshot_id": hooked["id"]}));
+    assert_eq!(out(&d.sh(&child, "cat /hooked")), "hooked");
+    let body = json!({"hooks": [hook("echo nope >&2; exit 3")]});
+    let (_, failing) = post(&d, &format!("/v1/sandboxes/{src}/checkpoint"), body);
+    let (s, v) = post(&d, "/v1/sandboxes", json!({"snapshot_id": failing["id"]}));
+    assert!(s.is_server_error(), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("nope"), "{v}");
 }
 
 #[test]

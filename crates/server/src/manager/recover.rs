@@ -45,6 +45,7 @@ impl Manager {
                     .force(&id, entry.row().boot.memory_mb);
                 Ok(())
             }
+            State::Suspending | State::Resuming => self.recover_suspend(&entry).await,
             s if s.is_transitional() => {
                 let _ = self.backend.destroy(&id).await;
                 let msg = format!("Interrupted while {s} by a daemon restart");

@@ -94,6 +94,28 @@ impl Manager {
         }
     }
 
+    /// A suspend or resume cut short by a daemon restart: whatever runs is removed; the
+    /// sandbox is suspended again if its suspended state was saved, failed otherwise.
+    pub(super) async fn recover_suspend(&self, entry: &super::Entry) -> Result<()> {
+        let view = entry.view();
+        let _ = self.backend.destroy(&view.id).await;
+        let saved = self
+            .store
+            .snapshot(suspend_snapshot_id(&view.id))
+            .await?
+            .is_some();
+        if saved {
+            tracing::warn!(sandbox = %view.id, state = %view.state, "interrupted; suspended again");
+            self.registry_mut()
+                .admission
+                .force(&view.id, entry.row().boot.memory_mb);
+            lock(&entry.row).view.network.address = None;
+            return self.set_state(entry, State::Suspended, None).await;
+        }
+        let msg = format!("Interrupted while {} by a daemon restart", view.state);
+        self.set_state(entry, State::Failed, Some(msg)).await
+    }
+
     /// Drops the suspended state of a terminated sandbox and frees the disk layers
     /// nothing uses any more.
     pub(super) async fn drop_suspended_state(&self, id: &str) {
