@@ -92,7 +92,13 @@ impl Manager {
             IdleAction::Terminate => self.terminate(&view.id).await.map(drop),
         };
         if let Err(e) = done {
-            tracing::warn!(sandbox = %view.id, ?action, error = %e.message(), "idle action failed");
+            // Try again after another idle period, not on every tick (a failing suspend is
+            // a full memory dump, and a guest can make it fail).
+            if let Some(entry) = self.registry().entries.get(&view.id) {
+                entry.touch();
+            }
+            crate::guest_warn!(self.guest_logs, &view.id, sandbox = %view.id, ?action,
+                error = %e.message(), "idle action failed");
         }
     }
 }

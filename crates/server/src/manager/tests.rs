@@ -29,6 +29,7 @@ struct Fake {
     destroyed: Mutex<Vec<String>>,
     cleaned_keep: Mutex<Option<Vec<String>>>,
     create_delay_ms: u64,
+    checkpoints: AtomicUsize,
     in_create: AtomicUsize,
     max_in_create: AtomicUsize,
 }
@@ -147,6 +148,15 @@ impl Backend for Fake {
             layer_id: format!("layer-{}", req.name),
             size_bytes: 1,
         })
+    }
+    async fn checkpoint(
+        &self,
+        _: &str,
+        _: crate::snapshots::SnapshotType,
+        _: Option<std::path::PathBuf>,
+    ) -> BackendResult<crate::snapshots::Checkpointed> {
+        self.checkpoints.fetch_add(1, Ordering::SeqCst);
+        Err(BackendError::Host("CRIU refused".into()))
     }
     async fn remove_image(&self, _: &str) -> BackendResult<()> {
         Ok(())
@@ -427,4 +437,28 @@ async fn metrics_move() {
     while rx.recv().await.is_some() {}
     assert_eq!(m.metrics().exec.count(), 1);
     assert_eq!(m.state_counts().get(&State::Running), Some(&1));
+}
+
+#[tokio::test]
+async fn a_failed_idle_suspend_waits_another_period_before_retrying() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let named = CreateSandbox {
+        name: Some("keep".into()),
+        timeout_secs: Some(1),
+        ..req(64)
+    };
+    let sb = m.create(named).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(
+        fake.checkpoints.load(Ordering::SeqCst),
+        1,
+        "one attempt per idle period"
+    );
+    assert_eq!(
+        m.get(&sb.id).unwrap().state,
+        State::Running,
+        "a failed suspend keeps it running"
+    );
 }
