@@ -99,7 +99,7 @@ impl Store {
 impl Disk {
     fn open(store: &Store, name: &str) -> Result<Disk> {
         crate::id::validate_name(name)?;
-        let lock = fsutil::lock(&store.disk_lock_path(name), true, false)?
+        let lock = fsutil::lock_within(&store.disk_lock_path(name), true, fsutil::LOCK_PATIENCE)?
             .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
         let m = store.finish_interrupted_seal(name)?;
         let chain = m

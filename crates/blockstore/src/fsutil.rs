@@ -116,6 +116,29 @@ pub fn lock(path: &Path, exclusive: bool, wait: bool) -> Result<Option<FileLock>
     }
 }
 
+/// How long a disk lock is waited for before the disk counts as busy. Another process can
+/// hold a lock for a moment without meaning to: a child forked elsewhere in the same
+/// process shares its open file until it execs.
+pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Like [`lock`] without waiting, but retries for up to `patience` before giving up.
+pub fn lock_within(
+    path: &Path,
+    exclusive: bool,
+    patience: std::time::Duration,
+) -> Result<Option<FileLock>> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        if let Some(l) = lock(path, exclusive, false)? {
+            return Ok(Some(l));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Reads exactly `buf.len()` bytes at `offset`; a short read is reported as `UnexpectedEof`.
 pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     file.read_exact_at(buf, offset)

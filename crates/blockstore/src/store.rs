@@ -229,7 +229,7 @@ impl Store {
     pub fn create_disk(&self, name: &str, size: u64, base: Option<&LayerId>) -> Result<()> {
         validate_name(name)?;
         check_size(size)?;
-        let _disk = fsutil::lock(&self.disk_lock_path(name), true, false)?
+        let _disk = fsutil::lock_within(&self.disk_lock_path(name), true, fsutil::LOCK_PATIENCE)?
             .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
         if self.manifest_path(name).exists() {
             return Err(Error::DiskExists(name.to_owned()));
@@ -266,7 +266,7 @@ impl Store {
     /// Deletes a disk that no one has open; its overlay goes with it, sealed layers stay
     /// until `gc`.
     pub fn delete_disk(&self, name: &str) -> Result<()> {
-        let _disk = fsutil::lock(&self.disk_lock_path(name), true, false)?
+        let _disk = fsutil::lock_within(&self.disk_lock_path(name), true, fsutil::LOCK_PATIENCE)?
             .ok_or_else(|| Error::DiskBusy(name.to_owned()))?;
         let _gc = self.gc_shared()?;
         let m = self.read_manifest(name)?;
