@@ -7,6 +7,7 @@ mod netns;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -36,6 +37,8 @@ pub struct RealHost {
     disks: Disks,
     /// Serialises creation of the nftables base table across processes.
     lock_dir: PathBuf,
+    /// The base table is known to exist (saves an `nft` run per sandbox).
+    nft_ready: AtomicBool,
 }
 
 impl RealHost {
@@ -44,6 +47,7 @@ impl RealHost {
         RealHost {
             disks,
             lock_dir: lock_dir.into(),
+            nft_ready: AtomicBool::new(false),
         }
     }
 
@@ -150,23 +154,30 @@ impl Host for RealHost {
 
     fn nft_prepare(&self) -> Result<()> {
         std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").at("/proc/sys/net/ipv4/ip_forward")?;
+        if self.nft_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
         std::fs::create_dir_all(&self.lock_dir).at(&self.lock_dir)?;
         let lock_path = self.lock_dir.join("nft.lock");
         let file = std::fs::File::create(&lock_path).at(&lock_path)?;
         let _lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| Error::io(&lock_path, e.into()))?;
         let table = ["list", "table", "inet", net::NFT_TABLE];
-        if run(Command::new("nft").args(table)).is_ok() {
-            return Ok(());
+        if run(Command::new("nft").args(table)).is_err() {
+            let script = net::base_table_script();
+            run_stdin(Command::new("nft").args(["-f", "-"]), &script)?;
         }
-        run_stdin(
-            Command::new("nft").args(["-f", "-"]),
-            &net::base_table_script(),
-        )
+        self.nft_ready.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn nft_apply(&self, script: &str) -> Result<()> {
-        run_stdin(Command::new("nft").args(["-f", "-"]), script)
+        let applied = run_stdin(Command::new("nft").args(["-f", "-"]), script);
+        if applied.is_err() {
+            // Perhaps the table was removed behind our back: look again next time.
+            self.nft_ready.store(false, Ordering::Release);
+        }
+        applied
     }
 
     fn nft_remove(&self, commands: &[String]) -> Result<()> {
