@@ -14,7 +14,14 @@ pub fn pump_exec(mut stream: agent::client::ExecStream) -> Stream<ExecEvent> {
     tokio::spawn(async move {
         let (mut out, mut err) = (0u64, 0u64);
         loop {
-            let ev = match stream.next().await {
+            // A client that goes away releases the agent connection at once, not at the
+            // next chunk: an idle connection would otherwise stay open (and, for one, block
+            // memory checkpoints, which cannot dump a connection to the host).
+            let next = tokio::select! {
+                next = stream.next() => next,
+                () = tx.closed() => return,
+            };
+            let ev = match next {
                 Ok(Some(AgentEvent::Stdout(d))) => output(OutputStream::Stdout, &mut out, d),
                 Ok(Some(AgentEvent::Stderr(d))) => output(OutputStream::Stderr, &mut err, d),
                 Ok(Some(AgentEvent::Exit(x))) => Ok(ExecEvent::Exit(x)),
@@ -64,7 +71,11 @@ pub fn pump_attach(mut stream: agent::client::AttachStream) -> Stream<ExecEvent>
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {
         loop {
-            let ev = match stream.next().await {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                () = tx.closed() => return,
+            };
+            let ev = match next {
                 Ok(Some(AttachEvent::Output {
                     stream,
                     offset,
