@@ -224,12 +224,13 @@ fn kill9_mid_checkpoint_leaves_no_half_snapshot() {
             .is_empty(),
         "no half snapshot is visible"
     );
+    let resumed = d.log().contains("resumed after an interrupted checkpoint");
+    eprintln!("kill -9 landed while the source was paused: {resumed}");
+    // The interrupted checkpoint is dropped; the source was resumed and runs on.
     let sb = d.json(&["inspect", &src]);
-    match sb["state"].as_str() {
-        Some("running") => assert_eq!(d.sh(&src, "echo alive"), "alive"),
-        Some("failed") => assert!(sb["error"].as_str().unwrap().contains("restart"), "{sb}"),
-        other => panic!("unexpected state {other:?}: {sb}"),
-    }
+    assert_eq!(sb["state"], "running", "{sb}\n{}", d.log());
+    assert_eq!(d.sh(&src, "echo alive"), "alive");
+    d.sh(&src, "echo still-writable > /after.txt");
     let leftovers = wait_for(20, || {
         std::fs::read_dir(d.data().join("snapshots"))
             .map(|e| e.count() == 0)

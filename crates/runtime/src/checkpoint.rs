@@ -112,6 +112,47 @@ pub fn checkpoint(
     }
 }
 
+/// Whether the sandbox's container is paused (a checkpoint in progress, or one whose
+/// daemon died before resuming it).
+pub(crate) fn is_paused(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
+    let state = ctx
+        .host
+        .runc_state(&ctx.runc_root(), &record.names.container)?;
+    Ok(matches!(
+        state.map(|s| s.status),
+        Some(crate::host::ContainerStatus::Paused)
+    ))
+}
+
+/// Finishes what an interrupted checkpoint left: waits for its `runc checkpoint` (which
+/// outlives a killed daemon) to end, then thaws the disk and resumes the container.
+pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
+    let root = ctx.runc_root();
+    let name = &record.names.container;
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while checkpoint_running(&root, name) && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    ctx.host.disk_thaw(&record.names.disk)?;
+    ctx.host.runc_resume(&root, name)?;
+    warn!(id = %record.spec.id, "resumed after an interrupted checkpoint");
+    Ok(())
+}
+
+/// Whether a `runc --root <root> checkpoint … <name>` process is alive.
+fn checkpoint_running(root: &Path, name: &str) -> bool {
+    let root = root.to_string_lossy();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let has = |s: &str| args.contains(&s.as_bytes());
+        has("checkpoint") && has(name) && has(&root)
+    })
+}
+
 /// Seals the frozen disk, thawing it whatever happens.
 fn seal(ctx: &Ctx<'_>, record: &Record) -> Result<String> {
     let disk = &record.names.disk;

@@ -97,11 +97,16 @@ impl Inner {
     fn adopt(&self, id: &str) -> Result<SandboxHandle> {
         let ctx = self.ctx();
         let record = lifecycle::load(&ctx, id)?;
-        if !lifecycle::is_running(&ctx, &record)? {
+        // Paused only by a checkpoint its daemon did not live to finish.
+        let paused = crate::checkpoint::is_paused(&ctx, &record)?;
+        if !paused && !lifecycle::is_running(&ctx, &record)? {
             return Err(Error::NotFound(id.into()));
         }
         let paths = self.layout.sandbox(id);
         self.host.adopt_disk(&record.names.disk, &paths)?;
+        if paused {
+            crate::checkpoint::unpause(&ctx, &record)?;
+        }
         Ok(self.handle(&record))
     }
 

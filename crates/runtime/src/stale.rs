@@ -13,8 +13,11 @@ use crate::net;
 pub fn cleanup(ctx: &Ctx<'_>) -> Result<Vec<String>> {
     let mut cleaned = Vec::new();
     for id in sandbox_ids(ctx) {
+        // Paused ones are mid-checkpoint: adopting resumes them.
         let running = lifecycle::load(ctx, &id)
-            .and_then(|r| lifecycle::is_running(ctx, &r))
+            .and_then(|r| {
+                Ok(lifecycle::is_running(ctx, &r)? || crate::checkpoint::is_paused(ctx, &r)?)
+            })
             .unwrap_or(false);
         if !running {
             info!(%id, "removing stale sandbox");

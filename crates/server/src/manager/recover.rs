@@ -11,14 +11,16 @@ use crate::store::SandboxRow;
 
 impl Manager {
     pub(super) async fn recover(&self) -> Result<()> {
-        if let Err(e) = self.recover_snapshots().await {
-            tracing::error!(error = %e.message(), "snapshot recovery failed");
-        }
         let rows = self.store.sandboxes().await?;
         let _ = self.store.prune_terminated(1000).await;
         let keep: Vec<String> = rows
             .iter()
-            .filter(|r| matches!(r.view.state, State::Running | State::Suspended))
+            .filter(|r| {
+                matches!(
+                    r.view.state,
+                    State::Running | State::Suspended | State::Checkpointing
+                )
+            })
             .map(|r| r.view.id.clone())
             .collect();
         if let Err(e) = self.backend.cleanup_stale(&keep).await {
@@ -26,6 +28,10 @@ impl Manager {
         }
         for row in rows {
             self.recover_one(row).await?;
+        }
+        // After the sandboxes: an interrupted checkpoint's files are complete by then.
+        if let Err(e) = self.recover_snapshots().await {
+            tracing::error!(error = %e.message(), "snapshot recovery failed");
         }
         Ok(())
     }
@@ -46,6 +52,12 @@ impl Manager {
                 Ok(())
             }
             State::Suspending | State::Resuming => self.recover_suspend(&entry).await,
+            State::Checkpointing => {
+                // The checkpoint is lost (recovery removes its files); the source goes on.
+                lock(&entry.row).view.state = State::Running;
+                self.store.put_sandbox(entry.row()).await?;
+                self.readopt(&entry).await
+            }
             s if s.is_transitional() => {
                 let _ = self.backend.destroy(&id).await;
                 let msg = format!("Interrupted while {s} by a daemon restart");
