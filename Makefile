@@ -9,7 +9,7 @@ STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+cr
 
 export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
 
-.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-fork
+.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-sandbox bench-fork bench-fork
 
 setup:
 	@scripts/setup
@@ -37,10 +37,20 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-bench: bench-blockstore
+bench: build-release
+	@scripts/setup --bench
+	@bench/run
 
 bench-blockstore: build-release
+	@scripts/setup --bench
 	@bench/blockstore
+
+bench-sandbox: build-release
+	@bench/sandbox --python
+
+bench-fork: build-release
+	@scripts/setup --bench
+	@bench/fork
 
 bench-fork: build-release
 	@bench/fork --python --mb 50,500 --fanout 1,8,32

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""End-to-end benchmarks, printed as JSON lines (suite "end-to-end").
+
+- the fork pattern (setup once, memory checkpoint, N forks) vs the naive pattern (N fresh
+  sandboxes, each doing the setup), for N = 8 and 32, with a setup heavy enough to dominate;
+- a SQLite workload (100k inserts in batches, then queries) inside a sandbox vs on the host.
+
+Needs the daemon up and the python image built (bench/run does both).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+import demo  # noqa: E402  (the main job's fork and naive patterns)
+from sandfork import Sandbox  # noqa: E402
+
+SQLITE = r"""
+import os, sqlite3, sys, time
+path = os.path.join(sys.argv[1], "bench.db")
+for suffix in ("", "-wal", "-journal"):
+    if os.path.exists(path + suffix):
+        os.remove(path + suffix)
+t = time.perf_counter()
+db = sqlite3.connect(path)
+db.execute("create table t (id integer primary key, k integer, v text)")
+for b in range(100):
+    with db:
+        db.executemany("insert into t (k, v) values (?, ?)",
+                       ((i * 7919 % 100003, "x" * 64) for i in range(b * 1000, (b + 1) * 1000)))
+db.execute("create index tk on t (k)")
+for q in range(2000):
+    db.execute("select count(*), max(v) from t where k between ? and ?", (q * 50, q * 50 + 500)).fetchone()
+db.close()
+print(time.perf_counter() - t)
+"""
+
+
+def emit(name, value, unit, baseline=None, baseline_name=None, target=None, p99=None):
+    row = {"suite": "end-to-end", "name": name, "value": round(value, 4), "unit": unit}
+    if baseline is not None:
+        row.update(baseline=round(baseline, 4), baseline_name=baseline_name,
+                   ratio=round(baseline / value if unit == "s" else value / baseline, 3))
+    if target:
+        row["target"] = target
+    if p99 is not None:
+        row["p99"] = round(p99, 4)
+    print(json.dumps(row), flush=True)
+
+
+def sqlite(image, runs):
+    inside, host = [], []
+    with Sandbox.create(image=image, cpus=2, memory_mb=1024) as sb:
+        for _ in range(runs):
+            r = sb.run("python3", ["-c", SQLITE, "/root"])
+            if r.exit_code != 0:
+                raise RuntimeError(f"sqlite inside failed: {r.stderr}")
+            inside.append(float(r.stdout))
+    # The image's interpreter is Debian's python3; the host's, when present, is the fair match.
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        for _ in range(runs):
+            out = subprocess.run([python, "-c", SQLITE, d], check=True,
+                                 capture_output=True, text=True).stdout
+            host.append(float(out))
+    emit("SQLite 100k inserts + 2k queries, in a sandbox vs on the host",
+         statistics.median(inside), "s", statistics.median(host), "same script on the host",
+         "within 1.1×")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--image", default="python")
+    ap.add_argument("--quick", action="store_true", help="8 workers only, fewer runs")
+    ap.add_argument("--rounds", type=int, default=3, help="extra setup rounds (setup weight)")
+    args = ap.parse_args()
+    # Progress of the patterns goes to stderr; stdout carries only the JSON lines.
+    real_stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        rows = []
+        for n in ([8] if args.quick else [8, 32]):
+            t = time.monotonic()
+            demo.fork_pattern(args.image, n, args.rounds)
+            fork = time.monotonic() - t
+            t = time.monotonic()
+            demo.naive_pattern(args.image, n, args.rounds)
+            naive = time.monotonic() - t
+            rows.append((n, fork, naive))
+        sys.stdout = real_stdout
+        for n, fork, naive in rows:
+            emit(f"fork pattern, {n} workers (speed-up vs naive)", fork, "s", naive,
+                 f"naive: {n} fresh sandboxes", "≥ 5× at 32 workers" if n == 32 else "")
+        sqlite(args.image, 3 if args.quick else 5)
+    finally:
+        sys.stdout = real_stdout
+
+
+if __name__ == "__main__":
+    main()
