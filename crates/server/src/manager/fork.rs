@@ -316,3 +316,126 @@ fn child_of(req: &ForkRequest, i: u32) -> Child {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BootSpec, ImageSpec};
+    use crate::snapshots::{ChildSpec, Snapshot};
+
+    fn record(kind: SnapshotType) -> SnapshotRecord {
+        SnapshotRecord {
+            view: Snapshot {
+                id: "snap-1".into(),
+                kind,
+                name: None,
+                source_sandbox_id: Some("sb-1".into()),
+                image: "busybox".into(),
+                size_bytes: 1,
+                created_at: now_rfc3339(),
+                cpus: 1.0,
+                memory_mb: 128,
+                disk_mb: 0,
+                labels: BTreeMap::new(),
+            },
+            layer_id: "l".into(),
+            memory_dir: None,
+            boot: BootSpec {
+                id: "sb-1".into(),
+                image: ImageSpec {
+                    name: "busybox".into(),
+                    layer_id: "base".into(),
+                },
+                cpus: 1.0,
+                memory_mb: 128,
+                disk_mb: 0,
+                env: BTreeMap::from([("A".into(), "1".into())]),
+                network: NetworkSpec::default(),
+            },
+            hooks: vec![],
+            internal: false,
+        }
+    }
+
+    #[test]
+    fn memory_snapshots_pin_resources_filesystem_ones_do_not() {
+        let change = CreateSandbox {
+            memory_mb: Some(256),
+            cpus: Some(2.0),
+            ..Default::default()
+        };
+        let e = check_pinned(&record(SnapshotType::Memory), &change).unwrap_err();
+        assert_eq!(e.status_code().0, 422);
+        assert!(
+            e.message().contains("memory_mb (pinned at 128)"),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().contains("cpus"));
+        let same = CreateSandbox {
+            memory_mb: Some(128),
+            ..Default::default()
+        };
+        check_pinned(&record(SnapshotType::Memory), &same).unwrap();
+        check_pinned(&record(SnapshotType::Filesystem), &change).unwrap();
+    }
+
+    #[test]
+    fn children_get_their_own_env_labels_names_and_ids() {
+        let req = ForkRequest {
+            count: 3,
+            env: BTreeMap::from([("E".into(), "all".into())]),
+            secrets: BTreeMap::from([("S".into(), "x".into())]),
+            labels: BTreeMap::from([("g".into(), "1".into())]),
+            per_child: vec![ChildSpec {
+                env: BTreeMap::from([("E".into(), "first".into())]),
+                labels: BTreeMap::from([("k".into(), "v".into())]),
+            }],
+            name_prefix: Some("w".into()),
+            timeout_secs: Some(5),
+        };
+        check_fork(&req).unwrap();
+        let (c0, c2) = (child_of(&req, 0), child_of(&req, 2));
+        assert_eq!(
+            (c0.env["E"].as_str(), c2.env["E"].as_str()),
+            ("first", "all")
+        );
+        assert_eq!(c0.env["S"], "x");
+        assert_eq!((c0.labels.len(), c2.labels.len()), (2, 1));
+        assert_eq!(c2.name.as_deref(), Some("w-2"));
+        let rec = record(SnapshotType::Memory);
+        let (r0, r2) = (child_row(&rec, &c0), child_row(&rec, &c2));
+        assert_ne!(r0.view.id, r2.view.id);
+        assert_eq!(r2.view.fork.as_ref().map(|f| f.index), Some(2));
+        assert_eq!(r2.view.snapshot_id.as_deref(), Some("snap-1"));
+        assert_eq!(r0.boot.env["A"], "1", "the snapshot's env is kept");
+        assert_eq!(r0.view.timeout_secs, 5);
+    }
+
+    #[test]
+    fn bad_fork_requests_are_refused() {
+        for req in [
+            ForkRequest::default(),
+            ForkRequest {
+                count: MAX_FORK + 1,
+                ..Default::default()
+            },
+            ForkRequest {
+                count: 1,
+                per_child: vec![ChildSpec::default(), ChildSpec::default()],
+                ..Default::default()
+            },
+            ForkRequest {
+                count: 1,
+                name_prefix: Some("bad name".into()),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                check_fork(&req).unwrap_err().status_code().0,
+                400,
+                "{req:?}"
+            );
+        }
+    }
+}
