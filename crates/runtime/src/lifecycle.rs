@@ -187,7 +187,9 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
             .runc_run(&ctx.runc_root(), &record.names.container, paths)?,
     }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
-    ctx.host.wait_agent(paths, ctx.ready_timeout)?;
+    ctx.host
+        .wait_agent(paths, ctx.ready_timeout)
+        .map_err(|e| with_init_output(e, paths))?;
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
     Ok(())
 }
@@ -202,6 +204,19 @@ fn resolv_conf(paths: &SandboxPaths, record: &Record) -> Result<Option<PathBuf>>
     let path = paths.resolv_conf();
     std::fs::write(&path, net::resolv_conf(&host)).map_err(|e| Error::io(&path, e))?;
     Ok(Some(path))
+}
+
+/// Adds the end of the init's output (host-owned `logs/init.log`) to an agent error: why
+/// an agent never answered is usually there.
+fn with_init_output(e: Error, paths: &SandboxPaths) -> Error {
+    let Error::Agent(msg) = e else { return e };
+    let log = std::fs::read_to_string(paths.logs().join("init.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+    if tail.is_empty() {
+        return Error::Agent(msg);
+    }
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    Error::Agent(format!("{msg}; init output: {}", tail.join(" | ")))
 }
 
 /// Boots a stopped sandbox again on its disk (a cold boot).

@@ -182,3 +182,23 @@ async fn stop_start_and_inspect() {
     let (_, out, _) = sh(&sb.agent(), "cat /root/file").await;
     assert_eq!(out, "kept\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_init_that_never_answers_fails_create_and_leaves_nothing() {
+    let env = TestEnv::new();
+    // busybox called as "agent" prints an error and exits: no agent ever listens.
+    let broken = env.runtime_with(|c| {
+        c.agent_bin = "/bin/busybox".into();
+        c.ready_timeout = std::time::Duration::from_secs(2);
+    });
+    let spec = env.spec("noinit");
+    let id = spec.id.clone();
+    let err = broken.create(spec).await.unwrap_err().to_string();
+    assert!(err.contains("applet not found"), "{err}");
+    let data = env.runtime.config().data_dir.clone();
+    assert!(!data.join("sandboxes").join(&id).exists());
+    assert!(!std::path::Path::new(&format!("/run/netns/sf-{id}")).exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&id), "{mounts}");
+    assert!(broken.list().await.unwrap().is_empty());
+}

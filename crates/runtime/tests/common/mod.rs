@@ -66,10 +66,16 @@ impl TestEnv {
 
     /// Another runtime on the same data directory, as after a daemon restart.
     pub fn restarted(&self) -> ContainerRuntime {
-        let data = self.runtime.config().data_dir.clone();
-        let disks = Disks::open(data.join("store")).unwrap();
+        self.runtime_with(|_| {})
+    }
+
+    /// Another runtime on the same data directory with its config changed by `change`.
+    pub fn runtime_with(&self, change: impl FnOnce(&mut RuntimeConfig)) -> ContainerRuntime {
+        let mut config = self.runtime.config().clone();
+        change(&mut config);
+        let disks = Disks::open(config.data_dir.join("store")).unwrap();
         let host = RealHost::new(disks, "/run/sandfork");
-        ContainerRuntime::new(self.runtime.config().clone(), Arc::new(host))
+        ContainerRuntime::new(config, Arc::new(host))
     }
 
     pub fn spec(&self, tag: &str) -> SandboxSpec {
