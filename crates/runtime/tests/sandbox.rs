@@ -189,12 +189,18 @@ async fn an_init_that_never_answers_fails_create_and_leaves_nothing() {
     // busybox called as "agent" prints an error and exits: no agent ever listens.
     let broken = env.runtime_with(|c| {
         c.agent_bin = "/bin/busybox".into();
-        c.ready_timeout = std::time::Duration::from_secs(2);
+        c.ready_timeout = std::time::Duration::from_secs(60);
     });
     let spec = env.spec("noinit");
     let id = spec.id.clone();
+    let started = std::time::Instant::now();
     let err = broken.create(spec).await.unwrap_err().to_string();
     assert!(err.contains("applet not found"), "{err}");
+    // Known as soon as the init exits, not at the end of the readiness timeout.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{err}"
+    );
     let data = env.runtime.config().data_dir.clone();
     assert!(!data.join("sandboxes").join(&id).exists());
     assert!(!std::path::Path::new(&format!("/run/netns/sf-{id}")).exists());

@@ -5,9 +5,11 @@ mod cmd;
 mod disks;
 mod netns;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -39,6 +41,8 @@ pub struct RealHost {
     lock_dir: PathBuf,
     /// The base table is known to exist (saves an `nft` run per sandbox).
     nft_ready: AtomicBool,
+    /// Per run directory: turns true when the init started by `runc_run` has exited.
+    inits: Mutex<HashMap<PathBuf, Arc<AtomicBool>>>,
 }
 
 impl RealHost {
@@ -48,6 +52,7 @@ impl RealHost {
             disks,
             lock_dir: lock_dir.into(),
             nft_ready: AtomicBool::new(false),
+            inits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -202,7 +207,10 @@ impl Host for RealHost {
             .arg(&log)
             .args(["run", "--detach", "--bundle"]);
         c.arg(paths.bundle()).arg(id);
-        cmd::run_detached(c, &log, &paths.logs().join("init.log"))
+        let gone = cmd::run_detached_watched(c, &log, &paths.logs().join("init.log"))?;
+        let mut inits = self.inits.lock().unwrap_or_else(|p| p.into_inner());
+        inits.insert(paths.run(), gone);
+        Ok(())
     }
 
     fn runc_kill(&self, root: &Path, id: &str, signal: &str) -> Result<()> {
@@ -246,7 +254,12 @@ impl Host for RealHost {
 
     fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
         let client = agent::AgentClient::new(&paths.run());
-        let wait = agent_ready(&client, timeout);
+        let gone = self
+            .inits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&paths.run());
+        let wait = agent_ready(&client, timeout, gone.as_deref());
         let ready = match tokio::runtime::Handle::try_current() {
             Ok(handle) => handle.block_on(wait),
             Err(_) => tokio::runtime::Builder::new_current_thread()
@@ -255,7 +268,7 @@ impl Host for RealHost {
                 .map_err(|e| Error::Agent(e.to_string()))?
                 .block_on(wait),
         };
-        ready.map_err(|e| Error::Agent(e.to_string()))
+        ready
     }
 
     fn cgroup_remove(&self, cgroup: &str) -> Result<()> {
@@ -295,24 +308,31 @@ impl Host for RealHost {
     }
 }
 
-/// Waits for the agent: polled every half millisecond while it is most likely starting
-/// (it listens within a few milliseconds of runc returning), then with the client's backoff.
+/// Waits for the agent: polled closely at first (it listens within milliseconds of runc
+/// returning), then less often; gives up early once the init has exited (`gone`).
 async fn agent_ready(
     client: &agent::AgentClient,
     timeout: Duration,
-) -> Result<(), agent::ClientError> {
-    const FAST: Duration = Duration::from_millis(50);
+    gone: Option<&AtomicBool>,
+) -> Result<()> {
     let start = std::time::Instant::now();
-    while start.elapsed() < FAST.min(timeout) {
-        if client.hello().await.is_ok() {
-            return Ok(());
+    let mut pause = Duration::from_micros(500);
+    loop {
+        let err = match client.hello().await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if gone.is_some_and(|g| g.load(Ordering::Acquire)) {
+            return Err(Error::Agent(format!("the sandbox's init exited ({err})")));
         }
-        tokio::time::sleep(Duration::from_micros(500)).await;
+        if start.elapsed() + pause > timeout {
+            return Err(Error::Agent(format!(
+                "no answer within {timeout:?} ({err})"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
-    client
-        .wait_ready(timeout.saturating_sub(start.elapsed()))
-        .await
-        .map(drop)
 }
 
 fn read_u64(path: &Path) -> Result<u64> {

@@ -3,6 +3,8 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -67,7 +69,17 @@ const INIT_LOG_MAX: u64 = 1 << 20;
 /// file it cannot see): stdin at end of file, stdout and stderr drained by a thread into
 /// `init_log` (at most 1 MiB) until the last writer is gone. On failure the end of
 /// `log` (runc's own log) is the detail.
-pub fn run_detached(mut cmd: Command, log: &Path, init_log: &Path) -> Result<()> {
+pub fn run_detached(cmd: Command, log: &Path, init_log: &Path) -> Result<()> {
+    run_detached_watched(cmd, log, init_log).map(drop)
+}
+
+/// [`run_detached`], returning a flag that turns true once the output ends, i.e. once the
+/// init has exited.
+pub fn run_detached_watched(
+    mut cmd: Command,
+    log: &Path,
+    init_log: &Path,
+) -> Result<Arc<AtomicBool>> {
     let command = describe(&cmd);
     let fail = |e: std::io::Error| Error::Command {
         command: command.clone(),
@@ -84,9 +96,14 @@ pub fn run_detached(mut cmd: Command, log: &Path, init_log: &Path) -> Result<()>
     // Our copies of the write ends go with the command, so the drain ends with the init.
     drop(cmd);
     let file = std::fs::File::create(init_log).map_err(|e| Error::io(init_log, e))?;
-    std::thread::spawn(move || drain(std::fs::File::from(out_r), file));
+    let gone = Arc::new(AtomicBool::new(false));
+    let flag = gone.clone();
+    std::thread::spawn(move || {
+        drain(std::fs::File::from(out_r), file);
+        flag.store(true, Ordering::Release);
+    });
     if status.success() {
-        return Ok(());
+        return Ok(gone);
     }
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let tail: Vec<&str> = text.lines().rev().take(3).collect();
