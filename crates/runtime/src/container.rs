@@ -99,7 +99,7 @@ impl Inner {
         let record = lifecycle::load(&ctx, id)?;
         // Paused only by a checkpoint its daemon did not live to finish.
         let paused = crate::checkpoint::is_paused(&ctx, &record)?;
-        if !paused && !lifecycle::is_running(&ctx, &record)? {
+        if !paused && !record.stopped && !lifecycle::is_running(&ctx, &record)? {
             return Err(Error::NotFound(id.into()));
         }
         let paths = self.layout.sandbox(id);

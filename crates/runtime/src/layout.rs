@@ -154,6 +154,9 @@ pub struct Record {
     pub agent_bin: PathBuf,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
+    /// Stopped on request (disk and network kept for a later start): not stale.
+    #[serde(default)]
+    pub stopped: bool,
 }
 
 impl Record {

@@ -87,7 +87,7 @@ pub trait Runtime: Send + Sync {
     async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
     /// Ids of every sandbox in the data directory.
     async fn list(&self) -> Result<Vec<String>>;
-    /// Re-attaches to a running sandbox after a daemon restart.
+    /// Re-attaches to a running (or stopped on request) sandbox after a daemon restart.
     async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
     /// Removes what dead sandboxes left behind; returns their ids.
     async fn cleanup_stale(&self) -> Result<Vec<String>>;

@@ -71,6 +71,7 @@ pub fn create(ctx: &Ctx<'_>, spec: SandboxSpec) -> Result<Record> {
         created_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        stopped: false,
     };
     let mut done = Vec::new();
     let result = record
@@ -222,7 +223,7 @@ fn with_init_output(e: Error, paths: &SandboxPaths) -> Error {
 /// Boots a stopped sandbox again on its disk (a cold boot).
 pub fn restart(ctx: &Ctx<'_>, id: &str) -> Result<Record> {
     let paths = ctx.layout.sandbox(id);
-    let record = load(ctx, id)?;
+    let mut record = load(ctx, id)?;
     if ctx
         .host
         .runc_state(&ctx.runc_root(), &record.names.container)?
@@ -235,13 +236,17 @@ pub fn restart(ctx: &Ctx<'_>, id: &str) -> Result<Record> {
         let _ = stop(ctx, id);
         return Err(e);
     }
+    record.stopped = false;
+    record.save(&paths.record())?;
     Ok(record)
 }
 
 /// Kills every process of the sandbox and deletes its container; disk and network stay.
 pub fn stop(ctx: &Ctx<'_>, id: &str) -> Result<()> {
-    let record = load(ctx, id)?;
-    stop_container(ctx, &record)
+    let mut record = load(ctx, id)?;
+    stop_container(ctx, &record)?;
+    record.stopped = true;
+    record.save(&ctx.layout.sandbox(id).record())
 }
 
 fn stop_container(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
@@ -290,6 +295,7 @@ fn fallback_record(ctx: &Ctx<'_>, id: &str) -> Record {
         net,
         agent_bin: ctx.agent_bin.to_path_buf(),
         created_at: 0,
+        stopped: false,
     }
 }
 

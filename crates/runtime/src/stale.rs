@@ -7,19 +7,23 @@ use crate::error::Result;
 use crate::lifecycle::{self, Ctx};
 use crate::net;
 
-/// Destroys every sandbox of the data directory whose container is not running, and
+/// Destroys every sandbox of the data directory whose container is not running (unless
+/// it was stopped on request or is paused by an unfinished checkpoint), and
 /// removes runc containers and address leases that no sandbox directory owns. Returns the
 /// ids cleaned up.
 pub fn cleanup(ctx: &Ctx<'_>) -> Result<Vec<String>> {
     let mut cleaned = Vec::new();
     for id in sandbox_ids(ctx) {
         // Paused ones are mid-checkpoint: adopting resumes them.
-        let running = lifecycle::load(ctx, &id)
+        let keep = lifecycle::load(ctx, &id)
             .and_then(|r| {
-                Ok(lifecycle::is_running(ctx, &r)? || crate::checkpoint::is_paused(ctx, &r)?)
+                // Stopped on request, it keeps its disk and network for a later start.
+                Ok(r.stopped
+                    || lifecycle::is_running(ctx, &r)?
+                    || crate::checkpoint::is_paused(ctx, &r)?)
             })
             .unwrap_or(false);
-        if !running {
+        if !keep {
             info!(%id, "removing stale sandbox");
             lifecycle::destroy(ctx, &id)?;
             cleaned.push(id);

@@ -297,3 +297,23 @@ fn stop_then_restart_reuses_disk_and_network() {
     ];
     assert_eq!(host.ops(), ops);
 }
+
+#[test]
+fn stopped_on_request_is_kept_by_stale_cleanup_but_dead_is_not() {
+    let env = env();
+    let host = FakeHost::new();
+    let c = ctx(&env, &host);
+    for id in ["live", "parked", "dead"] {
+        create(&c, spec(id, NetworkMode::None)).unwrap();
+    }
+    stop(&c, "parked").unwrap();
+    assert!(load(&c, "parked").unwrap().stopped);
+    // The dead one's container vanished behind the runtime's back.
+    host.runc_delete(&env.layout.runc_root(), "dead").unwrap();
+    assert_eq!(crate::stale::cleanup(&c).unwrap(), ["dead"]);
+    assert!(env.layout.sandbox("live").dir.exists());
+    assert!(env.layout.sandbox("parked").dir.exists());
+    assert!(!env.layout.sandbox("dead").dir.exists());
+    restart(&c, "parked").unwrap();
+    assert!(!load(&c, "parked").unwrap().stopped);
+}
