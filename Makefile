@@ -9,7 +9,7 @@ STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+cr
 
 export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
 
-.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-sandbox bench-fork bench-fork
+.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-sandbox bench-fork
 
 setup:
 	@scripts/setup
@@ -31,7 +31,7 @@ test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 test-python:
-	@if [ -d sdk/python/tests ]; then $(PYTHON) -m pytest -q sdk/python/tests; fi
+	$(PYTHON) -m pytest -q sdk/python/tests $(wildcard tests/security)
 
 lint:
 	$(CARGO) fmt --all -- --check
