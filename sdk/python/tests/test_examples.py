@@ -102,6 +102,14 @@ def test_examples_fail_cleanly(daemon: Daemon, checkpoint_routes: None, name: st
     assert f"{name} failed: " in out.stderr
 
 
+def test_race_cleans_up_when_it_fails_midway(daemon: Daemon, python_image: str) -> None:
+    """With no training steps the second iteration cannot improve: the race fails after it
+    created snapshots and forks, and must still delete and terminate all of them."""
+    out = run_example(daemon, "race", ["--image", python_image, "--workers", "2", "--iterations", "2", "--steps", "0"])
+    assert out.returncode != 0
+    assert "race failed: iteration 2 did not improve on its baseline" in out.stderr
+
+
 def test_examples_are_listed_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text()
     for path in sorted(EXAMPLES.glob("*.py")):
