@@ -124,6 +124,13 @@ pub(crate) fn is_paused(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
     ))
 }
 
+/// Whether a checkpoint whose daemon died left the sandbox paused, or is still dumping it
+/// (CRIU holds the processes stopped while runc reports the container running).
+pub(crate) fn interrupted(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
+    let name = &record.names.container;
+    Ok(is_paused(ctx, record)? || checkpoint_running(&ctx.runc_root(), name))
+}
+
 /// Finishes what an interrupted checkpoint left: waits for its `runc checkpoint` (which
 /// outlives a killed daemon) to end, then thaws the disk and resumes the container.
 pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
@@ -134,7 +141,9 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     ctx.host.disk_thaw(&record.names.disk)?;
-    ctx.host.runc_resume(&root, name)?;
+    if is_paused(ctx, record)? {
+        ctx.host.runc_resume(&root, name)?;
+    }
     warn!(id = %record.spec.id, "resumed after an interrupted checkpoint");
     Ok(())
 }

@@ -97,14 +97,14 @@ impl Inner {
     fn adopt(&self, id: &str) -> Result<SandboxHandle> {
         let ctx = self.ctx();
         let record = lifecycle::load(&ctx, id)?;
-        // Paused only by a checkpoint its daemon did not live to finish.
-        let paused = crate::checkpoint::is_paused(&ctx, &record)?;
-        if !paused && !record.stopped && !lifecycle::is_running(&ctx, &record)? {
+        // Paused, or held by CRIU, only by a checkpoint its daemon did not live to finish.
+        let interrupted = crate::checkpoint::interrupted(&ctx, &record)?;
+        if !interrupted && !record.stopped && !lifecycle::is_running(&ctx, &record)? {
             return Err(Error::NotFound(id.into()));
         }
         let paths = self.layout.sandbox(id);
         self.host.adopt_disk(&record.names.disk, &paths)?;
-        if paused {
+        if interrupted {
             crate::checkpoint::unpause(&ctx, &record)?;
         }
         Ok(self.handle(&record))
