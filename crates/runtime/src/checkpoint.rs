@@ -126,9 +126,18 @@ pub(crate) fn is_paused(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
 
 /// Whether a checkpoint whose daemon died left the sandbox paused, or is still dumping it
 /// (CRIU holds the processes stopped while runc reports the container running).
+///
+/// A runc command the dead daemon started (pause, checkpoint, resume) runs on as an
+/// orphan; it is waited for first, or a pause landing just after this check would leave
+/// the adopted sandbox frozen.
 pub(crate) fn interrupted(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
+    let root = ctx.runc_root();
     let name = &record.names.container;
-    Ok(is_paused(ctx, record)? || checkpoint_running(&ctx.runc_root(), name))
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while runc_running(&root, name, None) && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(is_paused(ctx, record)? || runc_running(&root, name, Some("checkpoint")))
 }
 
 /// Finishes what an interrupted checkpoint left: waits for its `runc checkpoint` (which
@@ -137,7 +146,7 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
     let root = ctx.runc_root();
     let name = &record.names.container;
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    while checkpoint_running(&root, name) && Instant::now() < deadline {
+    while runc_running(&root, name, Some("checkpoint")) && Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     ctx.host.disk_thaw(&record.names.disk)?;
@@ -148,8 +157,8 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
     Ok(())
 }
 
-/// Whether a `runc --root <root> checkpoint … <name>` process is alive.
-fn checkpoint_running(root: &Path, name: &str) -> bool {
+/// Whether a `runc --root <root> [verb] … <name>` process is alive (any verb when `None`).
+fn runc_running(root: &Path, name: &str, verb: Option<&str>) -> bool {
     let root = root.to_string_lossy();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return false;
@@ -158,7 +167,7 @@ fn checkpoint_running(root: &Path, name: &str) -> bool {
         let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
         let has = |s: &str| args.contains(&s.as_bytes());
-        has("checkpoint") && has(name) && has(&root)
+        verb.is_none_or(has) && has(name) && has(&root)
     })
 }
 

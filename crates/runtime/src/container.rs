@@ -106,6 +106,10 @@ impl Inner {
         self.host.adopt_disk(&record.names.disk, &paths)?;
         if interrupted {
             crate::checkpoint::unpause(&ctx, &record)?;
+        } else {
+            // A filesystem checkpoint cut short can leave the disk frozen while the
+            // container runs; thawing a thawed disk is a no-op.
+            self.host.disk_thaw(&record.names.disk)?;
         }
         Ok(self.handle(&record))
     }
