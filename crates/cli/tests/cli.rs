@@ -1,152 +1,15 @@
 //! The `sandfork` binary against a real daemon (`sandfork serve` as a child process on a
 //! private data directory): every verb, errors, kill -9 / restart and SIGTERM.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sandfork");
+mod common;
 
-/// A daemon child process; dropped → sandboxes removed, daemon stopped.
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfork-cli-")
-            .tempdir()
-            .unwrap();
-        let mut d = Daemon { dir, child: None };
-        d.spawn();
-        d
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("d.sock")
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("log"))
-            .unwrap();
-        let child = Command::new(BIN)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(self.data())
-            .arg("--socket")
-            .arg(self.socket())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let up = wait_for(30, || self.cli(&["ls"]).status.success());
-        assert!(up, "daemon did not come up: {}", self.log());
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    fn kill9(&mut self) {
-        let mut c = self.child.take().unwrap();
-        c.kill().unwrap();
-        c.wait().unwrap();
-    }
-
-    fn sigterm(&mut self) -> std::process::ExitStatus {
-        let mut c = self.child.take().unwrap();
-        Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status()
-            .unwrap();
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = c.try_wait().unwrap() {
-                return s;
-            }
-            assert!(Instant::now() < end, "daemon ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env(
-                "SANDFORK_URL",
-                format!("unix://{}", self.socket().display()),
-            )
-            .env_remove("SANDFORK_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    }
-
-    /// Runs a verb that must succeed; returns its stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.cli(args);
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = vec!["--json"];
-        a.extend_from_slice(args);
-        serde_json::from_str(&self.ok(&a)).unwrap()
-    }
-
-    fn live_ids(&self) -> Vec<String> {
-        self.json(&["ls"])["sandboxes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["id"].as_str().unwrap().to_string())
-            .collect()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if self.child.is_none() {
-            self.spawn();
-        }
-        for id in self.live_ids() {
-            let _ = self.cli(&["rm", &id]);
-        }
-        let _ = self.sigterm();
-    }
-}
-
-fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
+use common::{wait_for, Daemon, BIN};
 
 /// What of sandbox `id` is still on the host.
 fn traces(data: &Path, id: &str) -> Vec<String> {
