@@ -53,7 +53,8 @@ pub struct Config {
     pub max_json_bytes: usize,
     /// Largest file upload, in bytes.
     pub max_upload_bytes: u64,
-    /// Cap on each of stdout and stderr collected by a non-streaming exec, in bytes.
+    /// Cap on each of stdout and stderr collected by a non-streaming exec, in bytes of the
+    /// JSON answer (escapes and base64 included).
     pub max_exec_output_bytes: usize,
 }
 

@@ -86,18 +86,45 @@ pub async fn exec(
     Ok(Json(collect(events, cap, started).await?).into_response())
 }
 
-/// Bytes of one output stream, capped.
+/// Bytes of one output stream, capped by the size they take in the JSON answer.
 #[derive(Default)]
 struct Capped {
     data: Vec<u8>,
+    /// Upper bound of the answer bytes `data` takes (see [`encoded_cost`]).
+    cost: usize,
     truncated: bool,
 }
 
+/// The most bytes one output byte can take in the JSON answer: a control character is
+/// escaped as `\u00XX`, and a byte that is not ASCII may be part of output that is not
+/// UTF-8, which appears twice (lossy text, up to 3 bytes, and base64).
+fn encoded_cost(b: u8) -> usize {
+    match b {
+        b'\n' | b'\t' | b'\r' | b'"' | b'\\' => 2,
+        0x00..=0x1f => 6,
+        0x80..=0xff => 5,
+        _ => 1,
+    }
+}
+
 impl Capped {
+    /// Keeps as much of `bytes` as fits in `cap` bytes of answer: a flood of control
+    /// characters or of bytes that are not UTF-8 must not cost the daemon six times `cap`.
     fn push(&mut self, bytes: &[u8], cap: usize) {
-        let room = cap.saturating_sub(self.data.len());
-        self.data.extend_from_slice(&bytes[..bytes.len().min(room)]);
-        self.truncated |= bytes.len() > room;
+        if self.truncated {
+            return;
+        }
+        let mut taken = 0;
+        for &b in bytes {
+            let cost = encoded_cost(b);
+            if self.cost + cost > cap {
+                self.truncated = true;
+                break;
+            }
+            self.cost += cost;
+            taken += 1;
+        }
+        self.data.extend_from_slice(&bytes[..taken]);
     }
 
     /// Text (lossy) and, when not valid UTF-8, the exact bytes in base64.
@@ -171,6 +198,25 @@ async fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_is_capped_by_its_size_in_the_answer() {
+        let mut text = Capped::default();
+        text.push(b"abcdef", 4);
+        assert_eq!((text.data.as_slice(), text.truncated), (&b"abcd"[..], true));
+        let mut zeros = Capped::default();
+        zeros.push(&[0u8; 100], 60);
+        zeros.push(b"a", 60);
+        assert_eq!((zeros.data.len(), zeros.truncated), (10, true));
+        let (stdout, _, truncated) = zeros.finish();
+        assert!(serde_json::to_string(&stdout).unwrap().len() <= 60 + 2);
+        assert!(truncated);
+        let mut binary = Capped::default();
+        binary.push(&[0xffu8; 100], 50);
+        let (lossy, b64, _) = binary.finish();
+        let answer = serde_json::to_string(&lossy).unwrap().len() + b64.unwrap().len();
+        assert!(answer <= 50 + 2, "{answer}");
+    }
 
     #[test]
     fn requests_convert_and_are_checked() {
