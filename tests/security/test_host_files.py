@@ -26,7 +26,7 @@ def test_marker_through_proc_root(attempts, sandbox, host) -> None:
     attempts.refused("write marker via /proc/*/root", host.marker.read_bytes() == host.marker_text, out_of(r))
     r = sh(sandbox, "ls /proc/1/root/ && cat /proc/1/root/etc/hostname")
     host_name = open("/etc/hostname").read().strip()
-    attempts.refused("/proc/1/root is the host's root", r.exit_code == 0 and host_name not in r.stdout.split(), out_of(r))
+    attempts.refused("reach the host's root via /proc/1/root", r.exit_code == 0 and host_name not in r.stdout.split(), out_of(r))
 
 
 def test_marker_through_symlinks(attempts, sandbox, host) -> None:
@@ -46,4 +46,4 @@ def test_daemon_data_dir_not_visible(attempts, sandbox, daemon) -> None:
     attempts.refused("list the daemon's data dir", "sandboxes" not in r.stdout.replace(f"{daemon.data_dir}/sandboxes", ""), out_of(r))
     r = sh(sandbox, "cat /proc/self/mountinfo")
     leaked = [ln for ln in r.stdout.splitlines() if str(daemon.data_dir) in ln.split()[3]]
-    attempts.refused("a host path of the data dir is the source of a mount", not leaked, "\n".join(leaked))
+    attempts.refused("find the data dir as a mount source", not leaked, "\n".join(leaked))

@@ -19,14 +19,14 @@ def test_processes_only_its_own(attempts, sandbox, neighbour, daemon) -> None:
     try:
         r = sh(sandbox, "ps -o pid,comm")
         names = {line.split()[1] for line in r.stdout.splitlines()[1:] if len(line.split()) > 1}
-        attempts.refused("ps sees host or neighbour processes", names <= {"agent", "ps", "sh"}, out_of(r))
+        attempts.refused("see host or neighbour processes with ps", names <= {"agent", "ps", "sh"}, out_of(r))
         for pid in (victim.pid, daemon.process.pid):
             r = sh(sandbox, f"kill -9 {pid}; echo rc=$?; cat /proc/{pid}/status 2>&1 | head -1")
             alive = victim.poll() is None and daemon.process.poll() is None
             attempts.refused(f"kill -9 host pid {pid}", alive and "rc=0" not in r.stdout, out_of(r))
         r = sh(sandbox, "kill -9 -1; echo rc=$?")
         time.sleep(0.5)
-        attempts.refused("kill -9 -1 reaches the host", victim.poll() is None and daemon.process.poll() is None, out_of(r))
+        attempts.refused("kill -9 -1 reaching beyond the sandbox", victim.poll() is None and daemon.process.poll() is None, out_of(r))
     finally:
         victim.kill()
         victim.wait()
@@ -42,7 +42,7 @@ def test_ptrace_and_namespaces(attempts, sandbox) -> None:
     r = sh(sandbox, "grep Cap /proc/self/status")
     eff = int([ln for ln in r.stdout.splitlines() if ln.startswith("CapEff")][0].split()[1], 16)
     for bit, name in ((21, "SYS_ADMIN"), (19, "SYS_PTRACE"), (16, "SYS_MODULE"), (27, "MKNOD"), (13, "NET_RAW"), (12, "NET_ADMIN"), (25, "SYS_TIME")):
-        attempts.refused(f"CAP_{name} in the effective set", not eff & (1 << bit), hex(eff))
+        attempts.refused(f"hold CAP_{name}", not eff & (1 << bit), hex(eff))
 
 
 @pytest.mark.promise("devices")
@@ -50,7 +50,7 @@ def test_block_devices(attempts, sandbox) -> None:
     """No block devices are visible; mknod and mount of host disks are refused."""
     r = sh(sandbox, "ls /dev")
     devs = set(r.stdout.split())
-    attempts.refused("block devices in /dev", not any(d.startswith(("sd", "vd", "nvme", "loop", "xvd", "dm-")) for d in devs), out_of(r))
+    attempts.refused("see block devices in /dev", not any(d.startswith(("sd", "vd", "nvme", "loop", "xvd", "dm-")) for d in devs), out_of(r))
     for dev in ("/dev/vda", "/dev/sda", "/dev/nvme0n1", "/dev/loop0"):
         r = sh(sandbox, f"mkdir -p /mnt/h && mount {dev} /mnt/h; echo rc=$?")
         attempts.refused(f"mount {dev}", "rc=0" not in r.stdout, out_of(r))
@@ -65,7 +65,7 @@ def test_block_devices(attempts, sandbox) -> None:
 def test_kernel_modules(attempts, sandbox) -> None:
     """No /lib/modules; insmod (init_module / finit_module) is refused."""
     r = sh(sandbox, "ls /lib/modules 2>&1; echo rc=$?")
-    attempts.refused("/lib/modules present", "rc=0" not in r.stdout, out_of(r))
+    attempts.refused("find /lib/modules", "rc=0" not in r.stdout, out_of(r))
     sandbox.write_file("/tmp/evil.ko", b"\x7fELF" + os.urandom(4096))
     r = sh(sandbox, "insmod /tmp/evil.ko; echo rc=$?")
     attempts.refused("insmod a module", "rc=0" not in r.stdout and "not permitted" in (r.stdout + r.stderr).lower(), out_of(r))
@@ -86,9 +86,9 @@ def test_proc_sys_and_sys_read_only(attempts, sandbox) -> None:
     attempts.refused("create files in /sys", "rc=0" not in r.stdout, out_of(r))
     r = sh(sandbox, "grep -E ' /proc/(sys|sysrq-trigger|bus|fs|irq) ' /proc/self/mountinfo")
     mounts = {ln.split()[4]: ln.split()[5].split(",")[0] for ln in r.stdout.splitlines()}
-    attempts.refused("/proc/sys, /proc/sysrq-trigger ... mounted read-only", mounts.get("/proc/sys") == "ro" and set(mounts.values()) == {"ro"}, out_of(r))
+    attempts.refused("find /proc/sys, sysrq-trigger, bus, fs, irq mounted read-write", mounts.get("/proc/sys") == "ro" and set(mounts.values()) == {"ro"}, out_of(r))
     r = sh(sandbox, "[ -w /proc/sysrq-trigger ] && grep ' /proc/sysrq-trigger ' /proc/self/mountinfo | grep -qv ' ro,' && echo writable; ls -l /proc/sysrq-trigger")
-    attempts.refused("/proc/sysrq-trigger writable", "writable" not in r.stdout, out_of(r))
+    attempts.refused("open /proc/sysrq-trigger for writing", "writable" not in r.stdout, out_of(r))
 
 
 @pytest.mark.promise("kernel")
@@ -101,7 +101,7 @@ def test_time_and_hostname(attempts, sandbox) -> None:
     attempts.refused("date -s", refused, out_of(r))
     host_name = socket.gethostname()
     r = sh(sandbox, "hostname pwned-host; echo rc=$?; echo pwned > /proc/sys/kernel/hostname; echo rc=$?")
-    attempts.refused("hostname changes the host's", os.uname().nodename == host_name == socket.gethostname(), out_of(r))
+    attempts.refused("change the host's hostname", os.uname().nodename == host_name == socket.gethostname(), out_of(r))
     r = sh(sandbox, "echo pwned > /proc/sys/kernel/domainname; echo rc=$?")
     attempts.refused("domainname write", "rc=0" not in r.stdout, out_of(r))
 
@@ -124,7 +124,7 @@ def test_cgroup_escape_and_limits(attempts, sandbox) -> None:
     limits = _host_limits(sandbox.id)
     r = sh(sandbox, "cat /proc/self/mounts")
     cgroup_mounts = [ln.split() for ln in r.stdout.splitlines() if ln.split()[2].startswith("cgroup")]
-    attempts.refused("cgroupfs mounted read-write", all(m[3].split(",")[0] == "ro" for m in cgroup_mounts), out_of(r))
+    attempts.refused("find a cgroup hierarchy mounted read-write", all(m[3].split(",")[0] == "ro" for m in cgroup_mounts), out_of(r))
     # v2: /sys/fs/cgroup is the sandbox's cgroup; v1: one directory per controller under a tmpfs.
     script = ("for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/*/tasks; do "
               "[ -f $f ] && { echo $$ > $f; echo rc=$? $f; echo $$ > $f/../../cgroup.procs 2>/dev/null && echo rc=0 up; }; done; "
@@ -138,4 +138,4 @@ def test_cgroup_escape_and_limits(attempts, sandbox) -> None:
     r = sh(sandbox, "mkdir -p /mnt/cg && mount -t cgroup2 none /mnt/cg; echo rc=$?")
     attempts.refused("mount a fresh cgroup2 hierarchy", "rc=0" not in r.stdout, out_of(r))
     after = _host_limits(sandbox.id)
-    attempts.refused("host-side limits unchanged", after == limits, f"{limits} -> {after}")
+    attempts.refused("change the limits or members the host sees", after == limits, f"{limits} -> {after}")

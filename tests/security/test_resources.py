@@ -39,7 +39,7 @@ def test_fork_bomb(attempts, daemon) -> None:
         limits = _host_limits(sb.id)
         pids_max = [int(v) for k, v in limits.items() if k.endswith("pids.max") and v.strip() != "max"]
         procs = max((v for k, v in limits.items() if k.endswith("cgroup.procs")), default=0)
-        attempts.refused("fork bomb unbounded", bool(pids_max) and 0 < procs <= pids_max[0] and "can't fork" in r.stderr, f"pids.max={pids_max} procs={procs} {out_of(r)}")
+        attempts.refused("fork bomb past pids.max", bool(pids_max) and 0 < procs <= pids_max[0] and "can't fork" in r.stderr, f"pids.max={pids_max} procs={procs} {out_of(r)}")
         sh(sb, "kill -9 -1; true", timeout=30)
         ok = sh(sb, "echo alive", timeout=60)
         attempts.refused("the sandbox answers exec after its fork bomb", ok.stdout.strip() == "alive", out_of(ok))
@@ -59,7 +59,7 @@ def test_memory_hog(attempts, daemon) -> None:
         ok = sh(sb, "echo alive")
         attempts.refused("the agent survives the OOM", ok.stdout.strip() == "alive", out_of(ok))
     grew = _rss_kib(daemon.process.pid) - rss_before
-    attempts.refused("the daemon's RSS grew by > 64 MiB", grew < 64 * 1024, f"{grew} KiB")
+    attempts.refused("grow the daemon's RSS by > 64 MiB through an OOM", grew < 64 * 1024, f"{grew} KiB")
 
 
 @pytest.mark.promise("resources")
@@ -75,9 +75,9 @@ def test_disk_fill(attempts, daemon) -> None:
         size = int([ln.split()[4] for ln in r.stdout.splitlines() if ln.endswith("/fill")][0])
         attempts.refused(f"write past disk_mb={disk_mb}", "rc=0" not in r.stdout and size <= disk_mb << 20, out_of(r))
         grew = _du_bytes(daemon.data_dir) - used_before
-        attempts.refused("the data dir grew by more than the disk size", grew <= (disk_mb + 32) << 20, f"{grew >> 20} MiB")
+        attempts.refused("grow the data dir by more than the disk size", grew <= (disk_mb + 32) << 20, f"{grew >> 20} MiB")
         dropped = free_before - shutil.disk_usage(daemon.data_dir).free
-        attempts.refused("host free space dropped by more than the disk size (+256 MiB of others' noise)", dropped <= (disk_mb + 256) << 20, f"{dropped >> 20} MiB")
+        attempts.refused("use more host disk than the disk size (+256 MiB for other activity)", dropped <= (disk_mb + 256) << 20, f"{dropped >> 20} MiB")
         ok = sh(sb, "rm /fill && echo alive")
         attempts.refused("the sandbox recovers after deleting the fill", ok.stdout.strip() == "alive", out_of(ok))
 
@@ -123,7 +123,7 @@ def test_inode_exhaustion(attempts, daemon) -> None:
         ok = sh(sb, "rm -rf /f; touch /after && echo alive", timeout=120)
         attempts.refused("the sandbox recovers", ok.stdout.strip() == "alive", out_of(ok))
     df = os.statvfs(daemon.data_dir)
-    attempts.refused("host inodes exhausted", df.f_ffree > 10000, str(df.f_ffree))
+    attempts.refused("exhaust the host's inodes", df.f_ffree > 10000, str(df.f_ffree))
 
 
 @pytest.mark.promise("resources")
@@ -145,11 +145,11 @@ def test_output_flood(attempts, sandbox, daemon) -> None:
     try:
         total = 0
         started = time.monotonic()
-        stream = sandbox.stream(["sh", "-c", "head -c 1073741824 /dev/zero"], timeout=240)
+        stream = sandbox.stream(["sh", "-c", "head -c 536870912 /dev/zero"], timeout=240)
         for event in stream:
             total += len(event.data)
         streamed = time.monotonic() - started
-        attempts.refused("stream 1 GiB and get all of it", total == 1 << 30, f"{total} bytes in {streamed:.1f}s")
+        attempts.refused("stream 512 MiB and get all of it", total == 1 << 29, f"{total} bytes in {streamed:.1f}s")
         phases["stream"] = peak[0]
         r = sandbox.run(["sh", "-c", "head -c 536870912 /dev/zero; head -c 536870912 /dev/zero >&2"], timeout=240)
         attempts.refused("collect 2 x 512 MiB non-streamed (must be capped)", r.stdout_truncated and len(r.stdout_bytes) <= 64 << 20, f"out={len(r.stdout_bytes)} trunc={r.stdout_truncated}")
@@ -161,7 +161,7 @@ def test_output_flood(attempts, sandbox, daemon) -> None:
         done.set()
         watcher.join()
     grew = peak[0] - rss_before
-    attempts.refused("the daemon's peak RSS grew by > 256 MiB", grew < 256 * 1024, f"before={rss_before} KiB peak={peak[0]} KiB; peak after each phase: {phases}")
+    attempts.refused("grow the daemon's peak RSS by > 256 MiB with output", grew < 256 * 1024, f"before={rss_before} KiB peak={peak[0]} KiB; peak after each phase: {phases}")
 
 
 @pytest.mark.promise("resources")

@@ -72,7 +72,7 @@ def test_api_socket_not_reachable(attempts, sandbox, daemon) -> None:
     """The daemon's API socket is not in the sandbox's mount namespace, under its host path or any other."""
     r = sh(sandbox, f"ls -la {daemon.socket} 2>&1; find / -xdev -type s 2>/dev/null; find /run /tmp /var -type s 2>/dev/null")
     sockets = {ln for ln in r.stdout.splitlines() if ln.startswith("/")}
-    attempts.refused("API socket present in the sandbox", str(daemon.socket) not in r.stdout.split("\n", 1)[-1] and sockets <= {"/run/sandfork/agent.sock"}, out_of(r))
+    attempts.refused("find the API socket (or any socket but its agent's)", str(daemon.socket) not in r.stdout.split("\n", 1)[-1] and sockets <= {"/run/sandfork/agent.sock"}, out_of(r))
     r = sh(sandbox, f"ls /proc/1/root{daemon.socket} /proc/*/root{daemon.socket} 2>&1; true")
     attempts.refused("API socket via /proc/*/root", "No such file" in r.stdout and str(daemon.socket) + "\n" not in r.stdout, out_of(r))
 
@@ -81,7 +81,7 @@ def test_api_socket_not_reachable(attempts, sandbox, daemon) -> None:
 def test_other_sandbox_agent_socket(attempts, sandbox, neighbour) -> None:
     """Only the sandbox's own agent socket exists inside it; the neighbour's id is nowhere in its mounts."""
     r = sh(sandbox, "ls -la /run/sandfork; cat /proc/self/mountinfo")
-    attempts.refused("neighbour id visible in mounts or /run/sandfork", neighbour.id not in r.stdout, out_of(r))
+    attempts.refused("see the neighbour's id in mounts or /run/sandfork", neighbour.id not in r.stdout, out_of(r))
 
 
 @pytest.mark.promise("daemon API and agent sockets")
@@ -115,8 +115,8 @@ def test_agent_socket_replaced(attempts, daemon, host, kind) -> None:
             except SandforkError as e:
                 outcomes.append(f"refused: {e.status} {e.code}")
         time.sleep(0.5)
-        attempts.refused("the daemon connected to the bait socket", not bait.connections, f"{bait.connections} {outcomes}")
-        attempts.refused("the sandbox fails cleanly (no 500)", not any(o.startswith("500") for o in outcomes), str(outcomes))
+        attempts.refused("make the daemon connect to a host socket", not bait.connections, f"{bait.connections} {outcomes}")
+        attempts.refused("make the daemon answer 500", not any(o.startswith("500") for o in outcomes), str(outcomes))
     finally:
         try:
             sb.terminate()
@@ -140,9 +140,9 @@ def test_host_loopback_and_addresses(attempts, tcp_listeners, daemon) -> None:
                 r = sh(sb, f"echo x | nc -w 2 {addr} {port}; echo rc=$?", timeout=30)
                 attempts.refused(f"{label} sandbox -> host {addr}:{port}", "rc=0" not in r.stdout, out_of(r))
         r = sh(none, "ip route; ip -o link")
-        attempts.refused("netns none has a route or an interface besides lo", r.stdout.strip().splitlines() == [ln for ln in r.stdout.strip().splitlines() if ": lo:" in ln], out_of(r))
+        attempts.refused("find a route or an interface besides lo in netns none", r.stdout.strip().splitlines() == [ln for ln in r.stdout.strip().splitlines() if ": lo:" in ln], out_of(r))
     time.sleep(0.3)
-    attempts.refused("host listeners got a connection", not lo.connections and not anyaddr.connections, f"{lo.connections} {anyaddr.connections}")
+    attempts.refused("connect to a host listener (checked on the host)", not lo.connections and not anyaddr.connections, f"{lo.connections} {anyaddr.connections}")
 
 
 @pytest.mark.promise("network")
