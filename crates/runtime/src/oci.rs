@@ -199,7 +199,7 @@ pub fn config(spec: &SandboxSpec, host: &HostPaths<'_>) -> Config {
             readonly: false,
         },
         hostname: spec.id.clone(),
-        mounts: mounts(host),
+        mounts: mounts(host, spec.resources.memory_mb),
         linux: Linux {
             namespaces: namespaces(host.netns),
             cgroups_path: host.cgroup.to_string(),
@@ -265,16 +265,27 @@ fn mount(dest: &str, kind: &str, source: &str, options: &[&str]) -> Mount {
     }
 }
 
-fn mounts(host: &HostPaths<'_>) -> Vec<Mount> {
+/// The `size=` option of the sandbox's /dev and /dev/shm: an eighth of its memory, at
+/// most 64 MiB. Their pages are charged to the sandbox's memory cgroup and cannot be
+/// reclaimed, so full ones must leave room for the agent (else the OOM killer takes it).
+fn tmpfs_size(memory_mb: u64) -> String {
+    format!(
+        "size={}k",
+        (memory_mb.saturating_mul(1024) / 8).clamp(1024, 65536)
+    )
+}
+
+fn mounts(host: &HostPaths<'_>, memory_mb: u64) -> Vec<Mount> {
     let agent = host.agent_bin.to_string_lossy();
     let run = host.run_dir.to_string_lossy();
+    let size = tmpfs_size(memory_mb);
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
         mount(
             "/dev",
             "tmpfs",
             "tmpfs",
-            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+            &["nosuid", "strictatime", "mode=755", &size],
         ),
         mount(
             "/dev/pts",
@@ -293,7 +304,7 @@ fn mounts(host: &HostPaths<'_>) -> Vec<Mount> {
             "/dev/shm",
             "tmpfs",
             "shm",
-            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+            &["nosuid", "noexec", "nodev", "mode=1777", &size],
         ),
         mount(
             "/dev/mqueue",
@@ -404,6 +415,25 @@ mod tests {
             nofile: 20000,
         };
         to_value(&config(&spec(), &host))
+    }
+
+    #[test]
+    fn tmpfs_sizes_follow_memory() {
+        assert_eq!(tmpfs_size(64), "size=8192k");
+        assert_eq!(tmpfs_size(512), "size=65536k");
+        assert_eq!(tmpfs_size(4096), "size=65536k");
+        assert_eq!(tmpfs_size(1), "size=1024k");
+        let v = generated();
+        let shm = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/dev/shm")
+            .unwrap();
+        assert!(shm["options"]
+            .as_array()
+            .unwrap()
+            .contains(&"size=32768k".into()));
     }
 
     #[test]
