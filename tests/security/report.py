@@ -39,7 +39,27 @@ FIXED = [
         "counted raw bytes; the JSON answer, built whole, escapes each control byte into six). The cap now counts "
         "bytes of the answer (crates/server/src/api/exec.rs); the daemon's peak stays under +256 MiB.",
     ),
+    (
+        "tests/security/test_resources.py::test_tmpfs_fill",
+        "/dev and /dev/shm were 64 MiB tmpfs whatever `memory_mb` was; their pages are charged to the sandbox's "
+        "memory cgroup and cannot be reclaimed, so filling either in a 64 MiB sandbox OOM-killed the agent (pid 1): "
+        "the sandbox stayed `running` while every exec got 503. They are now sized to an eighth of the memory, at most "
+        "64 MiB (crates/runtime/src/oci.rs).",
+    ),
 ]
+
+RESIDUAL = """\
+- Memory that outlives the processes holding it can still be made to crowd out the agent by
+  code that brings its own binary: System V shared memory segments (`shmget`; the IPC
+  namespace keeps them inside the sandbox, but nothing removes them when their creator is
+  killed). Filling it OOM-kills the agent of that sandbox only; the daemon then reports
+  503s for it while its state stays `running`. Fix candidates: `oom_score_adj = -1000` for
+  the agent with its children reset to 0, `kernel.shm_rmid_forced = 1` in the sandbox's IPC
+  namespace, and the daemon marking a sandbox `failed` when its agent is gone.
+- The cgroup v1 layout runc mounts leaves the tmpfs *above* the controller directories
+  (/sys/fs/cgroup itself) writable; it holds nothing the host reads, and the controller
+  directories below it are read-only (tested).
+"""
 
 
 def render(results: List[dict], exitstatus: int) -> str:
@@ -83,6 +103,7 @@ def render(results: List[dict], exitstatus: int) -> str:
         lines.append(f"- `{r['test']}`.{known} Not refused: {what}")
     lines += ["", "## Fixed findings", ""]
     lines += [f"- `{test}`: {text}" for test, text in FIXED]
+    lines += ["", "## Residual risks seen while testing", "", RESIDUAL]
     lines += ["", "## Promises and the tests that enforce them", ""]
     for promise, rs in by_promise.items():
         lines += [f"### {promise}", "", PROMISES.get(promise, ""), ""]
