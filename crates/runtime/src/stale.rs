@@ -14,13 +14,15 @@ use crate::net;
 pub fn cleanup(ctx: &Ctx<'_>) -> Result<Vec<String>> {
     let mut cleaned = Vec::new();
     for id in sandbox_ids(ctx) {
-        // Paused ones are mid-checkpoint: adopting resumes them.
+        // Paused ones are mid-checkpoint: adopting resumes them. `interrupted` first waits
+        // for runc commands the dead daemon left running, so the state read after it is
+        // settled (a container being dumped is neither reported running nor paused).
         let keep = lifecycle::load(ctx, &id)
             .and_then(|r| {
                 // Stopped on request, it keeps its disk and network for a later start.
                 Ok(r.stopped
-                    || lifecycle::is_running(ctx, &r)?
-                    || crate::checkpoint::is_paused(ctx, &r)?)
+                    || crate::checkpoint::interrupted(ctx, &r)?
+                    || lifecycle::is_running(ctx, &r)?)
             })
             .unwrap_or(false);
         if !keep {
