@@ -136,6 +136,7 @@ async fn pump_body(
         if total > limit {
             let msg = format!("Upload exceeds {limit} bytes");
             let _ = tx.send(Err(BackendError::TooLarge(msg.clone()))).await;
+            discard_rest(body).await;
             return Err(Error::TooLarge(msg));
         }
         if tx.send(Ok(data)).await.is_err() {
@@ -143,6 +144,22 @@ async fn pump_body(
         }
     }
     Ok(())
+}
+
+/// Reads and drops what is left of a refused upload, within bounds, so a client still
+/// sending it gets the 413 instead of a connection cut mid-write.
+async fn discard_rest(mut body: Body) {
+    const MAX_DISCARD: u64 = 64 << 20;
+    let drain = async {
+        let mut dropped = 0u64;
+        while let Some(Ok(frame)) = body.frame().await {
+            dropped += frame.data_ref().map_or(0, |d| d.len() as u64);
+            if dropped > MAX_DISCARD {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
 }
 
 /// Remove a file or directory.
