@@ -338,11 +338,19 @@ impl Server {
         let _ = std::thread::Builder::new()
             .name("compact".into())
             .spawn(move || {
-                if let Err(e) = me.compact() {
-                    eprintln!(
-                        "disk server: background compaction failed: {}",
-                        crate::error_chain(&e)
-                    );
+                // A seal landing mid-compaction makes it give up (the chain moved); go
+                // again while the chain is still too deep, or no later seal may come to.
+                for _ in 0..8 {
+                    if let Err(e) = me.compact() {
+                        eprintln!(
+                            "disk server: background compaction failed: {}",
+                            crate::error_chain(&e)
+                        );
+                    }
+                    if me.backend.depth() < me.compact_depth {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 me.compacting.store(false, Ordering::Release);
             });
