@@ -111,15 +111,13 @@ def fork_pattern(image, n, extra_rounds=0):
     try:
         with step(f"fork {n} warm workers"):
             forks = snap.fork(n)
+        # Every child that started is terminated, also when some of its siblings failed.
+        with forks:
             forks.raise_for_errors()
-        try:
             with step(f"run {n} candidates against the warm data"):
                 with ThreadPoolExecutor(n) as pool:
                     results = list(pool.map(
                         lambda wc: wc[0].run("python3", ["-c", ASK, wc[1]]), zip(forks, candidates(n))))
-        finally:
-            for w in forks:
-                w.terminate()
     finally:
         snap.delete()
     for expr, r in zip(candidates(n), results):
