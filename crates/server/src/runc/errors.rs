@@ -25,11 +25,6 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     msg
 }
 
-/// Whether a runtime error is a lock briefly held elsewhere.
-pub fn is_transient(e: &runtime::Error) -> bool {
-    error_chain(e).contains("is open in another process")
-}
-
 /// Maps an agent client error to a backend error.
 pub fn agent_err(e: ClientError) -> BackendError {
     match e {

@@ -27,7 +27,7 @@ mod errors;
 mod snapshots;
 mod streams;
 
-use errors::{agent_err, error_chain, exec_err, host_err, is_transient};
+use errors::{agent_err, error_chain, exec_err, host_err};
 use streams::{pump_attach, pump_exec, until_error};
 
 /// The container runtime as the daemon's backend.
@@ -139,20 +139,11 @@ impl Backend for RuncBackend {
     }
 
     async fn create(&self, spec: &BootSpec) -> BackendResult<Booted> {
-        let mut attempt = 0;
-        let h = loop {
-            match self.runtime.create(self.spec(spec)).await {
-                Ok(h) => break h,
-                // A disk lock can be briefly held by a process forked by another create
-                // (until it execs); a failed create leaves nothing, so try again.
-                Err(e) if attempt < 4 && is_transient(&e) => {
-                    tracing::debug!(sandbox = %spec.id, error = %e, "create retry");
-                }
-                Err(e) => return Err(host_err(e)),
-            }
-            attempt += 1;
-            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-        };
+        let h = self
+            .runtime
+            .create(self.spec(spec))
+            .await
+            .map_err(host_err)?;
         self.remember(&h);
         Ok(booted(&h))
     }

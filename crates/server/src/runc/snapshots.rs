@@ -1,11 +1,10 @@
 //! Checkpoints, restores and snapshot layers on the container runtime and block store.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use runtime::{CheckpointKind, RestoreOptions, SnapshotSource};
 
-use super::{booted, host_err, is_transient, RuncBackend};
+use super::{booted, host_err, RuncBackend};
 use crate::backend::{BackendError, BackendResult, BootSpec, Booted};
 use crate::snapshots::{Checkpointed, RestoreFrom, SnapshotType};
 
@@ -63,22 +62,11 @@ impl RuncBackend {
             identity: from.identity,
             hooks: from.hooks,
         };
-        let mut attempt = 0;
-        let h = loop {
-            let r = self
-                .runtime
-                .restore(self.spec(spec), source.clone(), opts.clone())
-                .await;
-            match r {
-                Ok(h) => break h,
-                Err(e) if attempt < 4 && is_transient(&e) => {
-                    tracing::debug!(sandbox = %spec.id, error = %e, "restore retry");
-                }
-                Err(e) => return Err(host_err(e)),
-            }
-            attempt += 1;
-            tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
-        };
+        let h = self
+            .runtime
+            .restore(self.spec(spec), source, opts)
+            .await
+            .map_err(host_err)?;
         self.remember(&h);
         Ok(booted(&h))
     }
