@@ -169,3 +169,22 @@ def processes_under(root: Path) -> List[tuple]:
         if str(root) in cmd and " serve " not in f" {cmd} ":
             out.append((int(p.name), cmd.strip()))
     return out
+
+
+def leaks_except(d: Daemon, live: Sequence[str]) -> List[str]:
+    """What the daemon's sandboxes other than ``live`` ones hold on the host. Unlike
+    :func:`census`, it can run while ``live`` sandboxes still run (between faults): their
+    containers, mounts, loop devices and processes are told apart by their id."""
+    keep = set(live)
+
+    def mine(text: str) -> bool:
+        return any(sid in text for sid in keep)
+
+    found = [x for x in leaks_of(d) if not mine(x)]
+    for sid in set(known_sandbox_ids(d)) - keep:
+        if Path(f"/run/netns/sf-{sid}").exists():
+            found.append(f"network namespace sf-{sid}")
+        hierarchies = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]
+        found += [f"cgroup {h / 'sandfork' / sid}" for h in hierarchies if (h / "sandfork" / sid).is_dir()]
+    found += [f"process {pid}: {cmd}" for pid, cmd in processes_under(d.root) if not mine(cmd)]
+    return found
