@@ -166,9 +166,15 @@ def processes_under(root: Path) -> List[tuple]:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if str(root) in cmd and " serve " not in f" {cmd} ":
+        if str(root) in cmd and not _is_daemon(cmd):
             out.append((int(p.name), cmd.strip()))
     return out
+
+
+def _is_daemon(cmd: str) -> bool:
+    """``sandfork serve ...`` (a disk server, ``sandfork-disk serve ...``, is no daemon)."""
+    words = cmd.split()
+    return len(words) > 1 and Path(words[0]).name == "sandfork" and words[1] == "serve"
 
 
 def leaks_except(d: Daemon, live: Sequence[str]) -> List[str]:
