@@ -70,6 +70,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
         compact_depth: blockstore::MAX_DEPTH / 2,
         direct_io: true,
         uring: false,
+        flush: Default::default(),
     };
     let (mut store, mut name, mut detach) = (None, None, false);
     let mut it = args.iter();
@@ -86,6 +87,7 @@ fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
             "--detach" => detach = true,
             "--buffered" => a.direct_io = false,
             "--uring" => a.uring = true,
+            "--flush" => a.flush = value()?.parse().map_err(anyhow::Error::msg)?,
             other => bail!("unknown option {other}"),
         }
     }
@@ -160,6 +162,9 @@ fn mount(o: &Opts) -> Result<()> {
         opts.direct_io = false;
     }
     opts.uring = o.0.get("uring").is_some_and(|b| b == "1");
+    if let Some(f) = o.0.get("flush") {
+        opts.flush = f.parse().map_err(anyhow::Error::msg)?;
+    }
     if let Some(f) = o.0.get("open-flags") {
         opts.open_flags = f.parse().context("--open-flags")?;
     }

@@ -41,6 +41,8 @@ pub struct MountOptions {
     pub direct_io: bool,
     /// The server takes FUSE requests over io_uring where the kernel offers it.
     pub uring: bool,
+    /// What a flush from inside waits for (see [`crate::fuse::FlushMode`]).
+    pub flush: crate::fuse::FlushMode,
 }
 
 impl Default for MountOptions {
@@ -52,6 +54,7 @@ impl Default for MountOptions {
             open_flags: crate::fuse::DEFAULT_OPEN_FLAGS,
             direct_io: true,
             uring: false,
+            flush: Default::default(),
         }
     }
 }
@@ -343,6 +346,7 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
         .arg(mounts::canonical(&spec.run_dir))
         .args(["--threads", &opts.threads.to_string()])
         .args(["--open-flags", &opts.open_flags.to_string()])
+        .args(["--flush", &opts.flush.to_string()])
         .args(["--ready-fd", &wr.as_raw_fd().to_string(), "--detach"])
         .stdin(Stdio::null())
         .spawn()

@@ -41,6 +41,8 @@ pub struct ServeArgs {
     /// Take requests over io_uring when the kernel offers it (turns the host's
     /// `enable_uring` parameter on).
     pub uring: bool,
+    /// What a flush from the kernel waits for.
+    pub flush: crate::fuse::FlushMode,
 }
 
 /// The disk being served: a block-store disk, or a plain file.
@@ -149,6 +151,7 @@ fn start(args: &ServeArgs) -> Result<Running> {
     let opts = FsOptions {
         open_flags: args.open_flags,
         uring: args.uring,
+        flush: args.flush,
         ..FsOptions::default()
     };
     let export = Export::start(backend.device(), &fuse_dir, args.threads, opts)?;

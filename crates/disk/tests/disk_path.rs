@@ -125,6 +125,31 @@ fn a_killed_server_gives_eio_and_teardown_completes() {
 }
 
 #[test]
+fn synced_writes_survive_a_killed_server_in_writeback_mode() {
+    let fx = Fixture::new();
+    let m = fx.mount_new("wb", &fx.base);
+    let data = pattern(7, 3 << 20);
+    write(m.mountpoint(), "synced.bin", &data);
+    std::fs::File::open(m.mountpoint().join("synced.bin"))
+        .and_then(|f| f.sync_all())
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(m.pid()),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    within(Duration::from_secs(30), move || m.teardown()).ok();
+    let again = fx.mount("wb");
+    let got = std::fs::read(again.mountpoint().join("synced.bin")).unwrap();
+    assert!(
+        got == data,
+        "synced data changed after the server was killed"
+    );
+    again.teardown().unwrap();
+    fx.assert_clean();
+}
+
+#[test]
 fn cleanup_stale_removes_a_crashed_disk() {
     let fx = Fixture::new();
     let alive = fx.mount_new("alive", &fx.base);

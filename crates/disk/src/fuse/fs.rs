@@ -29,6 +29,41 @@ const FALLOC_FL_KEEP_SIZE: u32 = 0x01;
 const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
+/// What a flush (fsync) from the disk's user waits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlushMode {
+    /// Flushed writes survive a crash of the disk server but not of the host: the host
+    /// syncs at seal, checkpoint, suspend and shutdown. A sandbox's running state dies
+    /// with the host anyway; its durable unit is the snapshot. The default.
+    #[default]
+    Writeback,
+    /// Every flush is a host fsync of the data and the metadata.
+    Durable,
+}
+
+impl std::str::FromStr for FlushMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "writeback" => Ok(FlushMode::Writeback),
+            "durable" => Ok(FlushMode::Durable),
+            other => Err(format!(
+                "unknown flush mode {other:?} (writeback or durable)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for FlushMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FlushMode::Writeback => "writeback",
+            FlushMode::Durable => "durable",
+        })
+    }
+}
+
 /// How the kernel is told to treat the file and the connection.
 #[derive(Clone, Copy, Debug)]
 pub struct FsOptions {
@@ -39,6 +74,8 @@ pub struct FsOptions {
     pub open_flags: u32,
     /// Ask for FUSE over io_uring (used when the kernel offers it).
     pub uring: bool,
+    /// What a flush from the kernel waits for.
+    pub flush: FlushMode,
 }
 
 impl Default for FsOptions {
@@ -47,6 +84,7 @@ impl Default for FsOptions {
             max_background: 128,
             open_flags: DEFAULT_OPEN_FLAGS,
             uring: false,
+            flush: FlushMode::default(),
         }
     }
 }
@@ -306,8 +344,11 @@ impl DiskFs {
 
     fn fsync(&self) -> Reply {
         self.stats.flushes.fetch_add(1, Relaxed);
-        self.check(self.dev.flush())
-            .map_or_else(Reply::Error, |_| ok())
+        let res = match self.opts.flush {
+            FlushMode::Writeback => self.dev.flush_writeback(),
+            FlushMode::Durable => self.dev.flush(),
+        };
+        self.check(res).map_or_else(Reply::Error, |_| ok())
     }
 
     fn statfs(&self) -> Reply {

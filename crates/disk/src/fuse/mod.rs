@@ -6,7 +6,9 @@ mod session;
 pub mod uring;
 
 pub use abi::open_flag;
-pub use fs::{DiskFs, FsOptions, IoCounters, IoStats, DEFAULT_OPEN_FLAGS, FILE_NAME, MAX_IO};
+pub use fs::{
+    DiskFs, FlushMode, FsOptions, IoCounters, IoStats, DEFAULT_OPEN_FLAGS, FILE_NAME, MAX_IO,
+};
 pub use session::{abort_connection, Session, Workers};
 
 use std::path::Path;
