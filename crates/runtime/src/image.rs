@@ -128,6 +128,39 @@ impl Drop for BuildDir {
     }
 }
 
+/// Removes build directories under `dir` whose building process is gone (a daemon killed
+/// mid-build cannot drop its [`BuildDir`]); builds of live processes are kept. Returns
+/// the directories removed.
+pub fn remove_stale_builds(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if build_owner(&name).is_some_and(|pid| !process_exists(pid)) {
+            let path = e.path();
+            tracing::info!(path = %path.display(), "removing an interrupted image build");
+            drop(BuildDir { path: path.clone() });
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+fn process_exists(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// The process id in a build directory's name (`.build-<name>-<pid>-<n>`).
+fn build_owner(dir_name: &str) -> Option<u32> {
+    let rest = dir_name.strip_prefix(".build-")?;
+    let mut parts = rest.rsplitn(3, '-');
+    parts.next()?.parse::<u64>().ok()?;
+    let pid = parts.next()?.parse().ok()?;
+    parts.next().filter(|n| !n.is_empty()).map(|_| pid)
+}
+
 /// Mount points at or below `dir`, from /proc/self/mountinfo.
 fn mounts_below(dir: &Path) -> Vec<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -158,6 +191,16 @@ impl Images {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Removes what builds interrupted by a crash left: their work directories here and
+    /// in the debootstrap cache. Returns the directories removed.
+    pub fn remove_stale_builds(&self) -> Vec<PathBuf> {
+        let mut removed = remove_stale_builds(&self.dir);
+        removed.extend(remove_stale_builds(
+            &rootfs::cache_dir().join("debootstrap"),
+        ));
+        removed
     }
 
     fn meta_path(&self, name: &str) -> PathBuf {
@@ -320,4 +363,32 @@ fn ext4_size(rootfs: &Path) -> Result<u64> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| Error::Image("cannot measure the root filesystem".into()))?;
     Ok((used + used / 2 + (64 << 20)).div_ceil(1 << 20) << 20)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_dir_names_give_their_owner() {
+        assert_eq!(build_owner(".build-py-12-0"), Some(12));
+        assert_eq!(build_owner(".build-my-img-img-345-7"), Some(345));
+        assert_eq!(build_owner(".build-12-0"), None);
+        assert_eq!(build_owner("py.json"), None);
+        assert_eq!(build_owner(".build-py-x-0"), None);
+    }
+
+    #[test]
+    fn only_builds_of_dead_processes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = BuildDir::new(dir.path(), "live").unwrap();
+        // Above the kernel's pid limit (2^22), so no process can own it.
+        let dead = dir.path().join(".build-dead-img-99999999-0");
+        std::fs::create_dir_all(dead.join("rootfs/bin")).unwrap();
+        std::fs::write(dir.path().join("dead.json"), "{}").unwrap();
+        assert_eq!(remove_stale_builds(dir.path()), vec![dead.clone()]);
+        assert!(!dead.exists());
+        assert!(live.path().exists());
+        assert!(dir.path().join("dead.json").exists());
+    }
 }
