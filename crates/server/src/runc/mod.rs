@@ -135,6 +135,13 @@ impl Backend for RuncBackend {
                 self.runtime.destroy(&id).await.map_err(host_err)?;
             }
         }
+        let images = self.images.clone();
+        let builds = tokio::task::spawn_blocking(move || images.remove_stale_builds())
+            .await
+            .unwrap_or_default();
+        if !builds.is_empty() {
+            tracing::info!(count = builds.len(), "removed interrupted image builds");
+        }
         Ok(())
     }
 
