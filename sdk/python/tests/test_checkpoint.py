@@ -58,6 +58,8 @@ def test_memory_checkpoint_restores_warm(daemon) -> None:
     try:
         with Sandbox.create(snapshot_id=snap.snapshot_id) as warm:
             assert _ask(warm) == "only-in-memory-42"
+            # A restored copy is a sandbox of its own, hostname included.
+            assert warm.run("hostname").stdout.strip() == warm.id != base.id
     finally:
         Sandbox.delete_snapshot(snap.id)
 

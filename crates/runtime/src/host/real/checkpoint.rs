@@ -1,11 +1,13 @@
 //! [`CheckpointHost`] on the real host: runc + CRIU, and the block-store disks.
 
 use std::path::Path;
+use std::process::Command;
 
 use super::cmd::{self, run};
 use super::{runc, RealHost};
 use crate::error::{Error, Result};
 use crate::host::checkpoint::{CheckpointHost, CriuPaths};
+use crate::host::Host;
 use crate::layout::SandboxPaths;
 
 /// Lines of a CRIU log worth quoting in an error: its errors, else its last lines.
@@ -54,6 +56,24 @@ fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::Disk(Box::new(e))
 }
 
+impl RealHost {
+    /// CRIU restores the UTS namespace of the checkpointed container: a restored copy
+    /// gets its own hostname (its id) as a fresh sandbox has, set from the host side.
+    fn name_restored(&self, root: &Path, id: &str) -> Result<()> {
+        let pid = self
+            .runc_state(root, id)?
+            .and_then(|s| s.pid)
+            .ok_or_else(|| Error::Command {
+                command: "runc restore".into(),
+                detail: "the restored container has no init process".into(),
+            })?;
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--target={pid}"))
+            .args(["--uts", "--", "hostname", id]);
+        run(&mut c).map(drop)
+    }
+}
+
 impl CheckpointHost for RealHost {
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
         run(runc(root).args(["pause", id])).map(drop)
@@ -90,7 +110,8 @@ impl CheckpointHost for RealHost {
         c.arg(criu.images).arg("--work-path").arg(criu.work);
         c.arg("--bundle").arg(paths.bundle()).arg(id);
         cmd::run_detached(c, &log, &paths.logs().join("init.log"))
-            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log")))
+            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log")))?;
+        self.name_restored(root, id)
     }
 
     fn disk_freeze(&self, disk: &str) -> Result<()> {
