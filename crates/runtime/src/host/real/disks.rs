@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use blockstore::{LayerId, Store};
 use disk::{DiskSpec, MountOptions, MountedDisk};
@@ -18,11 +17,6 @@ pub struct Disks {
     store_path: PathBuf,
     options: MountOptions,
     mounted: Mutex<HashMap<String, MountedDisk>>,
-}
-
-/// The disk server's report of a disk whose lock another handle holds.
-fn is_busy(msg: &str) -> bool {
-    msg.contains("is open in another process")
 }
 
 fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -79,28 +73,14 @@ impl Disks {
             .map_err(disk_err)
     }
 
-    /// Mounts the disk. A disk server refused the disk's lock is retried for a while: a
-    /// process forked by this one (for another sandbox) while the store held that lock
-    /// keeps a copy of it until it execs, which takes a moment on a loaded host.
+    /// Mounts the disk. (A disk lock briefly shared with a forked child is waited for
+    /// by the block store itself.)
     pub fn mount(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
         let spec = self.spec(disk, paths);
-        let mut pause = Duration::from_millis(5);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            match MountedDisk::mount(&spec, &paths.rootfs(), self.options.clone()) {
-                Ok(m) => {
-                    self.keep(disk, m);
-                    return Ok(());
-                }
-                Err(disk::Error::Server(msg)) if is_busy(&msg) && Instant::now() < deadline => {
-                    tracing::debug!(disk, "disk lock busy, retrying");
-                    let _ = disk::cleanup_stale(&paths.disk());
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(200));
-                }
-                Err(e) => return Err(disk_err(e)),
-            }
-        }
+        let m =
+            MountedDisk::mount(&spec, &paths.rootfs(), self.options.clone()).map_err(disk_err)?;
+        self.keep(disk, m);
+        Ok(())
     }
 
     pub fn adopt(&self, disk: &str, paths: &SandboxPaths) -> Result<()> {
