@@ -114,6 +114,23 @@ impl Inner {
         Ok(self.handle(&record))
     }
 
+    /// The file-only probe, confirmed by runc before an agent is called dead: runc checks
+    /// pid and start time too, and knows a container it is still creating or restoring.
+    fn liveness(&self, id: &str) -> Result<crate::Liveness> {
+        let found = crate::liveness::probe(&self.layout, id)?;
+        if !matches!(found, crate::Liveness::AgentDied { .. }) {
+            return Ok(found);
+        }
+        let record = lifecycle::load(&self.ctx(), id)?;
+        let state = self
+            .host
+            .runc_state(&self.layout.runc_root(), &record.names.container)?;
+        Ok(match state.map(|s| s.status) {
+            None | Some(ContainerStatus::Stopped) => found,
+            Some(_) => crate::Liveness::Alive,
+        })
+    }
+
     fn list(&self) -> Result<Vec<String>> {
         let dir = self.layout.sandboxes();
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -218,6 +235,12 @@ impl Runtime for ContainerRuntime {
 
     async fn cleanup_stale(&self) -> Result<Vec<String>> {
         self.blocking(|i| crate::stale::cleanup(&i.ctx())).await
+    }
+
+    async fn liveness(&self, id: &str) -> Result<crate::Liveness> {
+        let id = id.to_string();
+        crate::spec::validate_id(&id).map_err(|_| Error::NotFound(id.clone()))?;
+        self.blocking(move |i| i.liveness(&id)).await
     }
 
     async fn checkpoint(

@@ -278,12 +278,20 @@ impl Images {
         };
         let path = self.meta_path(name);
         let tmp = work.path().join("meta.json");
-        std::fs::write(
+        let written = std::fs::write(
             &tmp,
             serde_json::to_vec_pretty(&meta).expect("meta serialises"),
         )
-        .at(&tmp)?;
-        std::fs::rename(&tmp, &path).at(&path)?;
+        .at(&tmp)
+        .and_then(|()| std::fs::rename(&tmp, &path).at(&path));
+        if let Err(e) = written {
+            // A new image without its metadata is no image: unpin its layer (an older
+            // image of the name keeps the new layer, as its metadata is still in place).
+            if !path.exists() {
+                let _ = self.store.delete_ref(&ref_name(name));
+            }
+            return Err(e);
+        }
         report(progress, "done", layer.to_string());
         Ok(meta)
     }

@@ -13,6 +13,7 @@ pub mod host;
 pub mod image;
 pub mod layout;
 pub mod lifecycle;
+pub mod liveness;
 pub mod net;
 pub mod oci;
 mod seccomp;
@@ -27,6 +28,7 @@ pub use checkpoint::{CheckpointInfo, CheckpointKind, RestoreOptions, SnapshotSou
 pub use container::{ContainerRuntime, RuntimeConfig};
 pub use error::{Error, Result};
 pub use host::Usage;
+pub use liveness::Liveness;
 pub use spec::{Cidr, ImageRef, NetworkMode, Resources, SandboxSpec};
 
 /// A created sandbox and how to reach it.
@@ -91,6 +93,9 @@ pub trait Runtime: Send + Sync {
     async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
     /// Removes what dead sandboxes left behind; returns their ids.
     async fn cleanup_stale(&self) -> Result<Vec<String>>;
+    /// Whether the agent and the disk server of a sandbox whose container should be
+    /// running are alive (a cheap check: files only, no runc call).
+    async fn liveness(&self, id: &str) -> Result<Liveness>;
     /// Checkpoints a running sandbox, which keeps running; memory images go to
     /// `memory_dir` (needed for [`CheckpointKind::Memory`]). A failed checkpoint leaves no
     /// files in `memory_dir`.

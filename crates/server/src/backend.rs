@@ -135,6 +135,11 @@ pub trait Backend: Send + Sync + 'static {
     async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted>;
     /// Stops a sandbox and removes everything it held. Idempotent.
     async fn destroy(&self, id: &str) -> BackendResult<()>;
+    /// Why a running sandbox is dead (its agent or disk server died), or `None` while its
+    /// parts are alive. Cheap: the manager asks every second.
+    async fn dead_reason(&self, _id: &str) -> BackendResult<Option<String>> {
+        Ok(None)
+    }
 
     /// Runs a command; the stream ends with [`ExecEvent::Exit`].
     async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>>;

@@ -21,6 +21,9 @@ pub enum Error {
     Unsupported(String),
     #[error("{0}")]
     OverCapacity(String),
+    /// A disk (the host's, or the sandbox's own) ran out of space.
+    #[error("{0}")]
+    InsufficientStorage(String),
     #[error("The daemon is shutting down")]
     ShuttingDown,
     #[error("{0}")]
@@ -28,7 +31,64 @@ pub enum Error {
     #[error("{0}")]
     Backend(BackendError),
     #[error("State database failed: {0}")]
-    Store(#[from] StoreError),
+    Store(#[source] StoreError),
+}
+
+/// Whether an error message (with its sources) says a disk is full: `ENOSPC` from any
+/// layer — the block store, the runtime, CRIU, tar, SQLite, the agent.
+pub fn says_storage_full(message: &str) -> bool {
+    const SIGNS: [&str; 5] = [
+        "No space left on device",
+        "os error 28",
+        "database or disk is full",
+        "because database is full",
+        "Disk quota exceeded",
+    ];
+    SIGNS.iter().any(|s| message.contains(s))
+}
+
+/// The 507 answer for a full disk, keeping the cause.
+fn storage_full(cause: &str) -> Error {
+    Error::InsufficientStorage(format!("Out of disk space: {cause}"))
+}
+
+/// Whether an I/O error is `ENOSPC` (or a quota's `EDQUOT`).
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || e.raw_os_error() == Some(28)
+}
+
+impl From<std::io::Error> for Error {
+    /// Local file work of the daemon (snapshot and transfer directories).
+    fn from(e: std::io::Error) -> Self {
+        if is_storage_full(&e) {
+            return storage_full(&e.to_string());
+        }
+        Error::Backend(BackendError::Host(e.to_string()))
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        let chain = chain_of(&e);
+        if says_storage_full(&chain) {
+            return storage_full(&format!("State database failed: {chain}"));
+        }
+        Error::Store(e)
+    }
+}
+
+/// `e` and its sources, joined by `: `.
+fn chain_of(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
 }
 
 /// Result of manager calls.
@@ -36,6 +96,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<BackendError> for Error {
     fn from(e: BackendError) -> Self {
+        if says_storage_full(&e.to_string()) {
+            return storage_full(&e.to_string());
+        }
         match e {
             BackendError::NotFound(m) => Error::NotFound(m),
             BackendError::InvalidInput(m) => Error::InvalidArgument(m),
@@ -59,6 +122,7 @@ impl Error {
             Error::TooLarge(_) => (413, "too_large"),
             Error::Unsupported(_) => (422, "unsupported"),
             Error::OverCapacity(_) => (429, "over_capacity"),
+            Error::InsufficientStorage(_) => (507, "insufficient_storage"),
             Error::ShuttingDown => (503, "unavailable"),
             Error::Backend(BackendError::TimedOut(_)) => (408, "timed_out"),
             Error::Backend(BackendError::Unavailable(_)) => (503, "unavailable"),
@@ -74,14 +138,7 @@ impl Error {
 
     /// The whole chain, for users and logs.
     pub fn message(&self) -> String {
-        let mut msg = self.to_string();
-        let mut src = std::error::Error::source(self);
-        while let Some(s) = src {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            src = s.source();
-        }
-        msg
+        chain_of(self)
     }
 }
 
@@ -113,10 +170,49 @@ mod tests {
             ),
             (BackendError::NotFound("x".into()).into(), 404, "not_found"),
             (BackendError::Host("x".into()).into(), 500, "runtime_error"),
+            (
+                BackendError::Host("write: No space left on device (os error 28)".into()).into(),
+                507,
+                "insufficient_storage",
+            ),
+            (
+                BackendError::Unavailable("criu: No space left on device".into()).into(),
+                507,
+                "insufficient_storage",
+            ),
+            (
+                std::io::Error::from_raw_os_error(28).into(),
+                507,
+                "insufficient_storage",
+            ),
+            (
+                std::io::Error::from_raw_os_error(5).into(),
+                500,
+                "runtime_error",
+            ),
         ];
         for (err, status, code) in cases {
             assert_eq!(err.status_code(), (status, code), "{err:?}");
         }
+    }
+
+    #[test]
+    fn a_full_disk_is_named_and_keeps_its_cause() {
+        let e: Error =
+            BackendError::Host("Checkpoint failed: No space left on device".into()).into();
+        assert!(
+            e.message().starts_with("Out of disk space: "),
+            "{}",
+            e.message()
+        );
+        assert!(e.message().contains("Checkpoint failed"), "{}", e.message());
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        let e: Error = StoreError::Sql(full).into();
+        assert_eq!(e.status_code().0, 507, "{}", e.message());
+        assert!(!says_storage_full("Image build failed: exit status 1"));
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub enum Op {
     Suspend,
     Resume,
     Terminate,
+    /// A part the sandbox cannot live without died (its agent, its disk server): it is
+    /// failed at once, then its host resources are torn down.
+    Fail,
 }
 
 /// How an allowed operation moves the state.
@@ -126,6 +129,7 @@ pub fn plan(from: State, op: Op) -> Option<Plan> {
         (Op::Terminate, Running | Suspended | Failed | Creating) => {
             plan_of(Terminating, Terminated, Failed)
         }
+        (Op::Fail, Running) => plan_of(Failed, Failed, Failed),
         _ => None,
     }
 }
@@ -153,6 +157,7 @@ mod tests {
             (Op::Suspend, &[Running]),
             (Op::Resume, &[Suspended]),
             (Op::Terminate, &[Running, Suspended, Failed, Creating]),
+            (Op::Fail, &[Running]),
         ];
         for (op, states) in allowed {
             for s in ALL_STATES {
@@ -174,6 +179,7 @@ mod tests {
             Op::Suspend,
             Op::Resume,
             Op::Terminate,
+            Op::Fail,
         ] {
             assert!(plan(State::Terminated, op).is_none());
         }
@@ -181,6 +187,16 @@ mod tests {
             plan(State::Failed, Op::Terminate).unwrap().success,
             State::Terminated
         );
+    }
+
+    #[test]
+    fn a_dead_part_fails_only_a_running_sandbox() {
+        let p = plan(State::Running, Op::Fail).unwrap();
+        assert_eq!(
+            (p.during, p.success, p.failure),
+            (State::Failed, State::Failed, State::Failed)
+        );
+        assert!(plan(State::Suspended, Op::Fail).is_none());
     }
 
     #[test]
@@ -195,6 +211,7 @@ mod tests {
                 Op::Suspend,
                 Op::Resume,
                 Op::Terminate,
+                Op::Fail,
             ] {
                 assert!(plan(s, op).is_none(), "{op:?} from {s}");
             }

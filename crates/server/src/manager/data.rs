@@ -42,6 +42,9 @@ impl Manager {
             Ok(s) => s,
             Err(e) => {
                 crate::guest_warn!(self.guest_logs, &id, sandbox = %id, error = %e, "exec refused");
+                if matches!(e, crate::backend::BackendError::Unavailable(_)) {
+                    self.probe_soon(&id);
+                }
                 return Err(e.into());
             }
         };

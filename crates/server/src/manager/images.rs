@@ -87,7 +87,14 @@ impl Manager {
             apt: req.apt,
             pip: req.pip,
         };
-        let built = self.backend.build_image(&build, progress).await?;
+        let existed = self.store.image(req.name.clone()).await?.is_some();
+        let built = match self.backend.build_image(&build, progress).await {
+            Ok(built) => built,
+            Err(e) => {
+                self.undo_build(&req.name, existed).await;
+                return Err(e.into());
+            }
+        };
         let image = Image {
             name: req.name,
             layer_id: built.layer_id,
@@ -95,9 +102,23 @@ impl Manager {
             created_at: now_rfc3339(),
             builder: req.builder,
         };
-        self.store.put_image(image.clone()).await?;
+        if let Err(e) = self.store.put_image(image.clone()).await {
+            self.undo_build(&image.name, existed).await;
+            return Err(e.into());
+        }
         tracing::info!(image = %image.name, layer = %image.layer_id, "image built");
         Ok(image)
+    }
+
+    /// After a failed build: a new name is removed again (the backend may have published
+    /// it before the record failed), and layers nothing uses are freed.
+    async fn undo_build(&self, name: &str, existed: bool) {
+        if !existed {
+            let _ = self.backend.remove_image(name).await;
+        }
+        if let Err(e) = self.backend.collect_garbage().await {
+            tracing::warn!(image = %name, error = %e, "freeing a failed build's layers failed");
+        }
     }
 
     /// Every image.

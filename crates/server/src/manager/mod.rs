@@ -17,6 +17,7 @@ mod suspend;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,6 +133,7 @@ impl Manager {
         });
         manager.recover().await?;
         manager.start_reaper();
+        manager.start_watch();
         Ok(manager)
     }
 
@@ -215,20 +217,30 @@ impl Manager {
         counts
     }
 
-    /// Sets the state (and error) of an entry and persists the row.
+    /// Sets the state (and error) of an entry and persists the row. Entering an
+    /// operation's transitional state is undone when it cannot be persisted (e.g. the
+    /// disk is full), so the operation is refused and the sandbox stays as it was.
     async fn set_state(&self, entry: &Entry, state: State, error: Option<String>) -> Result<()> {
-        let row = {
+        let (before, row) = {
             let mut r = lock(&entry.row);
+            let before = r.view.clone();
             r.view.state = state;
             if error.is_some() || state == State::Running {
                 r.view.error = error;
             }
-            r.clone()
+            (before, r.clone())
         };
         if !state.is_live() {
             self.registry_mut().admission.release(&row.view.id);
         }
-        self.store.put_sandbox(row).await?;
+        if let Err(e) = self.store.put_sandbox(row).await {
+            if state.is_transitional() && before.state.is_live() {
+                let mut r = lock(&entry.row);
+                r.view.state = before.state;
+                r.view.error = before.error;
+            }
+            return Err(e.into());
+        }
         Ok(())
     }
 

@@ -2,6 +2,7 @@
 //! resource nothing should hold, and re-adopt sandboxes that were running (or mark them
 //! failed and clean them up).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{lock, Entry, Manager};
@@ -23,11 +24,19 @@ impl Manager {
             })
             .map(|r| r.view.id.clone())
             .collect();
+        // Before the cleanup removes what is left of them: why sandboxes died meanwhile.
+        let mut dead = HashMap::new();
+        for id in &keep {
+            if let Ok(Some(reason)) = self.backend.dead_reason(id).await {
+                dead.insert(id.clone(), reason);
+            }
+        }
         if let Err(e) = self.backend.cleanup_stale(&keep).await {
             tracing::error!(error = %e, "stale resource cleanup failed");
         }
         for row in rows {
-            self.recover_one(row).await?;
+            let reason = dead.remove(&row.view.id);
+            self.recover_one(row, reason).await?;
         }
         // After the sandboxes: an interrupted checkpoint's files are complete by then.
         if let Err(e) = self.recover_snapshots().await {
@@ -36,7 +45,8 @@ impl Manager {
         Ok(())
     }
 
-    async fn recover_one(&self, row: SandboxRow) -> Result<()> {
+    /// Recovers one sandbox; `dead` is why its agent or disk server died, if one did.
+    async fn recover_one(&self, row: SandboxRow, dead: Option<String>) -> Result<()> {
         let state = row.view.state;
         let entry = Entry::new(row);
         let id = entry.view().id;
@@ -44,6 +54,13 @@ impl Manager {
             .entries
             .insert(id.clone(), entry.clone());
         match state {
+            State::Running | State::Checkpointing if dead.is_some() => {
+                let reason = dead.unwrap_or_default();
+                let _ = self.backend.destroy(&id).await;
+                tracing::warn!(sandbox = %id, %reason, "sandbox died while the daemon was down");
+                let msg = format!("{reason} while the daemon was down");
+                self.set_state(&entry, State::Failed, Some(msg)).await
+            }
             State::Running => self.readopt(&entry).await,
             State::Suspended => {
                 self.registry_mut()

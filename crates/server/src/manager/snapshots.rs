@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::{now_rfc3339, Manager};
-use crate::error::{Error, Result};
+use crate::error::{is_storage_full, Error, Result};
 use crate::lifecycle::{plan, Op};
 use crate::snapshots::{
     new_snapshot_id, pin_name, valid_snapshot_id, Snapshot, SnapshotQuery, SnapshotRecord,
@@ -69,8 +69,10 @@ impl Manager {
         let pin = pin_name(snap_id);
         let made = async {
             // Made first, even without memory images, so recovery finds a torn checkpoint.
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| Error::Unsupported(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(&dir).map_err(|e| match is_storage_full(&e) {
+                true => Error::from(e),
+                false => Error::Unsupported(format!("{}: {e}", dir.display())),
+            })?;
             let cp = self
                 .backend
                 .checkpoint(&row.view.id, args.kind, memory_dir.clone())

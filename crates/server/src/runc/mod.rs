@@ -185,6 +185,11 @@ impl Backend for RuncBackend {
     }
 
     async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
+    async fn dead_reason(&self, id: &str) -> BackendResult<Option<String>> {
+        let found = self.runtime.liveness(id).await.map_err(host_err)?;
+        Ok(found.reason())
+    }
+
         let stream = self.agent(id)?.exec(req).await.map_err(exec_err)?;
         Ok(pump_exec(stream))
     }

@@ -1,0 +1,185 @@
+//! Whether the parts a running sandbox cannot live without are still alive: its agent (the
+//! container's init) and its disk server.
+//!
+//! A probe reads files only — runc's `state.json`, the disk server's pid file and `/proc` —
+//! so a daemon can afford one per sandbox every second. A paused or checkpointed container
+//! is alive (its processes are frozen, not gone); a zombie is dead. Process identity is
+//! checked by start time (runc records its init's) or command line (the disk server's
+//! names its run directory), so a recycled pid is not taken for the original.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::{IoContext, Result};
+use crate::layout::{Layout, Record};
+
+/// What a probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    /// The container's init (the agent) exited or was killed.
+    AgentDied {
+        pid: Option<u32>,
+    },
+    /// The process serving the sandbox's disk exited or was killed.
+    DiskServerDied {
+        pid: Option<u32>,
+    },
+}
+
+impl Liveness {
+    /// Why the sandbox is dead, for users; `None` when alive.
+    pub fn reason(&self) -> Option<String> {
+        let pid = |p: &Option<u32>| p.map_or_else(String::new, |p| format!(" (host pid {p})"));
+        match self {
+            Liveness::Alive => None,
+            Liveness::AgentDied { pid: p } => {
+                Some(format!("Its agent (PID 1 of the sandbox){} died", pid(p)))
+            }
+            Liveness::DiskServerDied { pid: p } => Some(format!("Its disk server{} died", pid(p))),
+        }
+    }
+}
+
+/// The part of runc's `state.json` a probe needs.
+#[derive(Debug, Deserialize)]
+struct RuncState {
+    init_process_pid: u32,
+    init_process_start: u64,
+}
+
+/// What `/proc/<pid>/stat` says of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The state letter (`R`, `S`, `D`, `T`, `Z`, `X`, ...).
+    pub state: char,
+    /// Start time in clock ticks after boot.
+    pub start: u64,
+}
+
+impl ProcStat {
+    fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses `/proc/<pid>/stat` (the command name may hold spaces and parentheses).
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 22 overall is the 20th after the command name.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some(ProcStat { state, start })
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Probes sandbox `id` of `layout`, whose container should be running.
+pub fn probe(layout: &Layout, id: &str) -> Result<Liveness> {
+    let paths = layout.sandbox(id);
+    let record = Record::load(&paths.record())?;
+    let state_file = layout
+        .runc_root()
+        .join(&record.names.container)
+        .join("state.json");
+    let agent = match std::fs::read(&state_file) {
+        Ok(bytes) => serde_json::from_slice::<RuncState>(&bytes).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).at(&state_file),
+    };
+    let Some(agent) = agent else {
+        return Ok(Liveness::AgentDied { pid: None });
+    };
+    let pid = agent.init_process_pid;
+    let alive = proc_stat(pid).is_some_and(|s| !s.exited() && s.start == agent.init_process_start);
+    if !alive {
+        return Ok(Liveness::AgentDied { pid: Some(pid) });
+    }
+    disk_server(&paths.disk())
+}
+
+/// Whether the disk server of run directory `run_dir` is alive.
+fn disk_server(run_dir: &Path) -> Result<Liveness> {
+    let pid_file = disk::layout::pid_file(run_dir);
+    let pid = match std::fs::read_to_string(&pid_file) {
+        Ok(text) => text.trim().parse::<u32>().ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).at(&pid_file),
+    };
+    let Some(pid) = pid else {
+        return Ok(Liveness::DiskServerDied { pid: None });
+    };
+    let serves_it = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| {
+        let dir = run_dir.as_os_str().as_encoded_bytes();
+        cmd.split(|b| *b == 0).any(|arg| arg == dir)
+    });
+    let alive = serves_it && proc_stat(pid).is_some_and(|s| !s.exited());
+    Ok(if alive {
+        Liveness::Alive
+    } else {
+        Liveness::DiskServerDied { pid: Some(pid) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_command_names() {
+        let line = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
+                    1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                state: 'S',
+                start: 987654
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) Z 0"), None);
+    }
+
+    #[test]
+    fn own_process_is_alive_with_its_start_time() {
+        let me = proc_stat(std::process::id()).expect("own stat");
+        assert!(!me.exited());
+        assert_eq!(
+            proc_stat(std::process::id()).map(|s| s.start),
+            Some(me.start)
+        );
+    }
+
+    #[test]
+    fn reasons_name_the_part() {
+        assert_eq!(Liveness::Alive.reason(), None);
+        let agent = Liveness::AgentDied { pid: Some(7) }.reason().unwrap();
+        assert!(agent.contains("agent") && agent.contains("7"), "{agent}");
+        let disk = Liveness::DiskServerDied { pid: None }.reason().unwrap();
+        assert!(disk.contains("disk server"), "{disk}");
+    }
+
+    #[test]
+    fn a_missing_sandbox_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(probe(&Layout::new(dir.path()), "nope").is_err());
+    }
+
+    #[test]
+    fn a_missing_pid_file_means_the_server_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            disk_server(dir.path()).unwrap(),
+            Liveness::DiskServerDied { pid: None }
+        );
+        std::fs::write(disk::layout::pid_file(dir.path()), "1\n").unwrap();
+        assert_eq!(
+            disk_server(dir.path()).unwrap(),
+            Liveness::DiskServerDied { pid: Some(1) }
+        );
+    }
+}
