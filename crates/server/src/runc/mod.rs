@@ -125,6 +125,14 @@ fn booted(h: &runtime::SandboxHandle) -> Booted {
 #[async_trait]
 impl Backend for RuncBackend {
     async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()> {
+        // First: the steps below stop at their first error.
+        let images = self.images.clone();
+        let builds = tokio::task::spawn_blocking(move || images.remove_stale_builds())
+            .await
+            .unwrap_or_default();
+        if !builds.is_empty() {
+            tracing::info!(count = builds.len(), "removed interrupted image builds");
+        }
         let removed = self.runtime.cleanup_stale().await.map_err(host_err)?;
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "removed stale sandboxes");
@@ -134,13 +142,6 @@ impl Backend for RuncBackend {
                 tracing::info!(sandbox = %id, "removing sandbox unknown to the state");
                 self.runtime.destroy(&id).await.map_err(host_err)?;
             }
-        }
-        let images = self.images.clone();
-        let builds = tokio::task::spawn_blocking(move || images.remove_stale_builds())
-            .await
-            .unwrap_or_default();
-        if !builds.is_empty() {
-            tracing::info!(count = builds.len(), "removed interrupted image builds");
         }
         Ok(())
     }
@@ -184,12 +185,12 @@ impl Backend for RuncBackend {
         }
     }
 
-    async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
     async fn dead_reason(&self, id: &str) -> BackendResult<Option<String>> {
         let found = self.runtime.liveness(id).await.map_err(host_err)?;
         Ok(found.reason())
     }
 
+    async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
         let stream = self.agent(id)?.exec(req).await.map_err(exec_err)?;
         Ok(pump_exec(stream))
     }
