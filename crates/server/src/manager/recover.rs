@@ -19,7 +19,7 @@ impl Manager {
             .filter(|r| {
                 matches!(
                     r.view.state,
-                    State::Running | State::Suspended | State::Checkpointing
+                    State::Running | State::Suspended | State::Checkpointing | State::Suspending
                 )
             })
             .map(|r| r.view.id.clone())
@@ -85,7 +85,7 @@ impl Manager {
         }
     }
 
-    async fn readopt(&self, entry: &Arc<Entry>) -> Result<()> {
+    pub(super) async fn readopt(&self, entry: &Arc<Entry>) -> Result<()> {
         let row = entry.row();
         let id = row.view.id.clone();
         self.registry_mut().admission.force(&id, row.boot.memory_mb);

@@ -3,6 +3,7 @@
 //! restores that snapshot under the same id and name, then drops the snapshot.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::snapshots::CheckpointArgs;
 use super::{lock, Manager};
@@ -94,16 +95,25 @@ impl Manager {
         }
     }
 
-    /// A suspend or resume cut short by a daemon restart: whatever runs is removed; the
-    /// sandbox is suspended again if its suspended state was saved, failed otherwise.
-    pub(super) async fn recover_suspend(&self, entry: &super::Entry) -> Result<()> {
+    /// A suspend or resume cut short by a daemon restart. A suspend whose state was not
+    /// saved yet had not stopped anything: the sandbox is re-adopted and runs on (the
+    /// runtime resumes it if the checkpoint had paused it). Otherwise whatever runs is
+    /// removed; the sandbox is suspended again if its suspended state was saved, failed
+    /// otherwise.
+    pub(super) async fn recover_suspend(&self, entry: &Arc<super::Entry>) -> Result<()> {
         let view = entry.view();
-        let _ = self.backend.destroy(&view.id).await;
         let saved = self
             .store
             .snapshot(suspend_snapshot_id(&view.id))
             .await?
             .is_some();
+        if !saved && view.state == State::Suspending {
+            tracing::warn!(sandbox = %view.id, "suspend interrupted before its state was saved; running on");
+            lock(&entry.row).view.state = State::Running;
+            self.store.put_sandbox(entry.row()).await?;
+            return self.readopt(entry).await;
+        }
+        let _ = self.backend.destroy(&view.id).await;
         if saved {
             tracing::warn!(sandbox = %view.id, state = %view.state, "interrupted; suspended again");
             self.registry_mut()
