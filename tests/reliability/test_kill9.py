@@ -1,0 +1,415 @@
+"""The daemon killed with SIGKILL at random points of its operations, restarted on the same
+data directory, and checked: snapshots, sandboxes, and what is left on the host.
+
+Each round picks an operation (a seeded shuffle of all of them, so every one comes up),
+starts it in a thread, kills the daemon after a random delay within the operation's
+measured duration, restarts it on the same data dir and checks that:
+- every snapshot reported complete is listed, and every listed snapshot restores with the
+  file written before its checkpoint (and, for memory snapshots, the value a running
+  process held only in memory); none appears that no checkpoint could have made;
+- no snapshot directory exists that no listed snapshot (or suspended sandbox) owns;
+- every sandbox is running and answers exec, is suspended, or failed cleanly;
+- nothing of the sandboxes that are not live is left on the host.
+
+``SANDFORK_FAULT_SEED`` picks operations and delays (default 7); ``SANDFORK_FAULT_ROUNDS``
+is the number of kills (default 36: each of the nine operations four times).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import pytest
+from _daemon import Daemon
+from conftest import Faults, census, finish, leaks_except, new_daemon
+from sandfork import Client, Sandbox, SandforkError, Snapshot
+
+SEED = int(os.environ.get("SANDFORK_FAULT_SEED", "7"))
+ROUNDS = int(os.environ.get("SANDFORK_FAULT_ROUNDS", "36"))
+OPS = ["create", "exec", "checkpoint filesystem", "checkpoint memory", "fork", "suspend", "resume", "snapshot delete", "image build"]
+MEMORY_MB = 128
+SETTLE_SECS = 30.0
+
+# A process holding a value only in memory: /tmp/set replaces the value, /tmp/ask makes it
+# write the value to /tmp/answer.
+HOLDER = (
+    "v=; while :; do"
+    " if [ -e /tmp/set ]; then v=$(cat /tmp/set); rm -f /tmp/set; fi;"
+    ' if [ -e /tmp/ask ]; then echo "$v" > /tmp/answer.tmp; mv /tmp/answer.tmp /tmp/answer; rm -f /tmp/ask; fi;'
+    " sleep 0.05; done"
+)
+ASK = "cat /root/mark; rm -f /tmp/answer; touch /tmp/ask; i=0; while [ ! -e /tmp/answer ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; cat /tmp/answer"
+
+
+@dataclass
+class Expect:
+    """What a sandbox restored from a snapshot must show."""
+
+    kind: str
+    mark: str
+    value: Optional[str]
+    source: str
+
+
+@dataclass
+class Pending:
+    """An operation in flight when the daemon was killed."""
+
+    op: str
+    action: Callable[[], Any]
+    context: Dict[str, Any]
+    result: Any = None
+    error: Optional[BaseException] = None
+    done: bool = False
+
+
+def status(info: Any) -> str:
+    return str(getattr(info.status, "value", info.status))
+
+
+class KillLoop:
+    """One daemon, killed and restarted round after round, and what the client knows."""
+
+    def __init__(self, faults: Faults, d: Daemon):
+        self.faults = faults
+        self.rng = random.Random(SEED)
+        self.d = d
+        self.c = Client(url=self.d.url)
+        self.expect: Dict[str, Expect] = {}
+        self.complete: Set[str] = set()
+        self.verified: Set[str] = set()
+        self.durations: Dict[str, float] = {}
+        self.holders: Dict[str, Tuple[str, str]] = {}
+        self.round = 0
+        self.src = self.holder("k9-src")
+        self.sus = self.holder("k9-sus")
+
+    # --- sandboxes holding a file and an in-memory value ---------------------------
+
+    def holder(self, name: str) -> Sandbox:
+        sb = Sandbox.create(client=self.c, name=name, memory_mb=MEMORY_MB)
+        sb.start_process("sh", ["-c", HOLDER])
+        self.mark(sb)
+        return sb
+
+    def mark(self, sb: Sandbox) -> Tuple[str, str]:
+        """Writes a new /root/mark and a new in-memory value; returns both."""
+        mark, value = f"mark-{secrets.token_hex(6)}", f"value-{secrets.token_hex(6)}"
+        script = f"echo {mark} > /root/mark && echo {value} > /tmp/set.tmp && mv /tmp/set.tmp /tmp/set; while [ -e /tmp/set ]; do sleep 0.05; done"
+        r = sb.run("sh", ["-c", script], timeout=30)
+        assert r.exit_code == 0, r.stderr
+        self.holders[sb.id] = (mark, value)
+        return mark, value
+
+    def shows(self, sb: Sandbox, mark: str, value: Optional[str]) -> Optional[str]:
+        """None when ``sb`` has ``mark`` in /root/mark (and ``value`` in its holder's memory)."""
+        r = sb.run("sh", ["-c", ASK if value is not None else "cat /root/mark"], timeout=30)
+        got = r.stdout.split()
+        want = [mark] + ([value] if value is not None else [])
+        return None if got == want else f"{sb.id} shows {got}, expected {want} ({r.stderr.strip()})"
+
+    # --- operations ----------------------------------------------------------------
+
+    def prepare(self, op: str) -> Pending:
+        """Readies ``op`` (un-killed set-up steps) and returns it, not yet started."""
+        tag = f"r{self.round}"
+        if op == "create":
+            return Pending(op, lambda: Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag}).id, {})
+        if op == "exec":
+            token = secrets.token_hex(8)
+            return Pending(op, lambda: self.src.run("sh", ["-c", f"sleep 0.3; echo {token}"]).stdout.strip(), {"token": token})
+        if op.startswith("checkpoint"):
+            kind = op.split()[1]
+            mark, value = self.mark(self.src)
+            exp = Expect(kind, mark, value if kind == "memory" else None, self.src.id)
+            return Pending(op, lambda: self.src.checkpoint(kind).id, {"expect": exp})
+        if op == "fork":
+            sid = self.memory_snapshot()
+            return Pending(op, lambda: [s.id for s in Snapshot.fork(sid, 2, labels={"k9": tag}, client=self.c)], {"snapshot": sid})
+        if op == "suspend":
+            self.ensure_sus("running")
+            return Pending(op, lambda: self.sus.suspend(), {})
+        if op == "resume":
+            self.ensure_sus("suspended")
+            return Pending(op, lambda: self.sus.resume(), {})
+        if op == "snapshot delete":
+            sid = self.take("filesystem")
+            return Pending(op, lambda: Snapshot.delete_by_id(sid, client=self.c), {"snapshot": sid})
+        if op == "image build":
+            name = f"k9img{self.round}"
+            return Pending(op, lambda: self.build_image(name), {"image": name})
+        raise ValueError(op)
+
+    def take(self, kind: str) -> str:
+        """An un-killed checkpoint of the source; recorded as complete."""
+        mark, value = self.mark(self.src)
+        sid = self.src.checkpoint(kind).id
+        self.expect[sid] = Expect(kind, mark, value if kind == "memory" else None, self.src.id)
+        self.complete.add(sid)
+        return sid
+
+    def memory_snapshot(self) -> str:
+        known = sorted(s for s in self.complete if self.expect[s].kind == "memory")
+        return self.rng.choice(known) if known else self.take("memory")
+
+    def ensure_sus(self, state: str) -> None:
+        now = status(self.sus.info())
+        if now == state:
+            return
+        if state == "running":
+            self.sus.resume()
+            self.check_sus_running()
+        else:
+            self.sus.suspend()
+
+    def check_sus_running(self) -> None:
+        problem = self.shows(self.sus, *self.holders[self.sus.id])
+        assert problem is None, problem
+
+    def build_image(self, name: str) -> Dict[str, Any]:
+        with self.c.open("POST", "/v1/images", json_body={"name": name, "builder": "busybox"}, unbounded=True) as r:
+            for ev in r.iter_json_lines():
+                if ev.get("type") == "done":
+                    return ev["image"]
+                if ev.get("type") == "error":
+                    raise RuntimeError(f"image build failed: {ev}")
+        raise RuntimeError("image build stream ended without a result")
+
+    def run(self, p: Pending) -> None:
+        try:
+            p.result = p.action()
+        except BaseException as e:  # noqa: BLE001 - recorded, judged after the restart
+            p.error = e
+        p.done = True
+
+    # --- one round -----------------------------------------------------------------
+
+    def measure(self, op: str) -> None:
+        """Runs ``op`` once without a fault, for its duration, and applies its effects."""
+        p = self.prepare(op)
+        started = time.monotonic()
+        self.run(p)
+        self.durations[op] = time.monotonic() - started
+        assert p.error is None, f"{op} failed without a fault: {p.error!r}"
+        problems: List[str] = []
+        self.after(p, problems)
+        assert not problems, problems
+
+    def kill_during(self, op: str) -> None:
+        self.round += 1
+        p = self.prepare(op)
+        delay = self.rng.uniform(0.0, 1.1) * self.durations[op]
+        t = threading.Thread(target=self.run, args=(p,), daemon=True)
+        t.start()
+        time.sleep(delay)
+        was_done = p.done
+        self.d.process.kill()
+        self.d.process.wait()
+        t.join(60)
+        problems: List[str] = [] if not t.is_alive() else [f"the {op} call did not return after the kill"]
+        log_from = self.d.log.stat().st_size
+        self.d = new_daemon(root=self.d.root)
+        try:
+            self.after(p, problems)
+            self.check_all(problems, p)
+        except (SandforkError, AssertionError, OSError) as e:
+            problems.append(f"check failed: {e!r}")
+        problems += self.recovery_errors(log_from)
+        when = "after it completed" if was_done else f"{delay * 1000:.0f} ms in"
+        outcome = "completed" if p.error is None else f"interrupted ({type(p.error).__name__})"
+        detail = f"round {self.round}, seed {SEED}: killed {when}; the call {outcome}; " + "; ".join(problems)
+        self.faults.injected(f"kill -9 during {op}", not problems, detail)
+
+    def recovery_errors(self, offset: int) -> List[str]:
+        """Errors the restarted daemon logged while recovering (before it served)."""
+        with open(self.d.log, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        recovery = text.split(" serving ", 1)[0]
+        return [f"recovery logged: {line.strip()[-300:]}" for line in recovery.splitlines() if "ERROR" in line]
+
+    def after(self, p: Pending, problems: List[str]) -> None:
+        """Checks and records what the client saw of ``p``."""
+        ok = p.done and p.error is None
+        if p.op == "exec" and ok and p.result != p.context["token"]:
+            problems.append(f"exec answered {p.result!r}")
+        if p.op.startswith("checkpoint") and ok:
+            self.expect[p.result] = p.context["expect"]
+            self.complete.add(p.result)
+        if p.op == "snapshot delete" and ok:
+            self.complete.discard(p.context["snapshot"])
+        if p.op == "fork" and ok:
+            self.check_children(p, problems)
+        if p.op == "image build":
+            self.check_image(p, ok, problems)
+        if p.op == "resume" and ok:
+            problem = self.shows(self.sus, *self.holders[self.sus.id])
+            problems += [problem] if problem else []
+
+    def check_children(self, p: Pending, problems: List[str]) -> None:
+        exp = self.expect[p.context["snapshot"]]
+        for cid in p.result:
+            problem = self.shows(Sandbox.connect(cid, client=self.c), exp.mark, exp.value)
+            problems += [f"fork child: {problem}"] if problem else []
+            Sandbox.connect(cid, client=self.c).terminate()
+        self.faults.verified_snapshot()
+
+    def check_image(self, p: Pending, ok: bool, problems: List[str]) -> None:
+        name = p.context["image"]
+        images = {i["name"] for i in self.c.request_json("GET", "/v1/images").get("images", [])}
+        if ok and name not in images:
+            problems.append(f"image {name} was reported built but is not listed")
+        if name in images:
+            with Sandbox.create(client=self.c, image=name, memory_mb=MEMORY_MB) as sb:
+                r = sb.run("sh", ["-c", "echo built"])
+                if r.stdout.strip() != "built":
+                    problems.append(f"a sandbox of image {name} answered {r.stdout!r}")
+            self.c.request("DELETE", f"/v1/images/{name}")
+        builds = [str(x) for x in (self.d.data_dir / "images").glob(".build-*")]
+        problems += [f"build directory left behind: {b}" for b in builds]
+
+    # --- the state after a restart -------------------------------------------------
+
+    def check_all(self, problems: List[str], p: Pending) -> None:
+        self.check_snapshots(problems, p)
+        live = self.check_sandboxes(problems)
+        problems += [f"leaked: {x}" for x in leaks_except(self.d, live)]
+        # Only the two holders go on to the next round.
+        for sid in set(live) - {self.src.id, self.sus.id}:
+            Sandbox(sid, client=self.c).terminate()
+        problems += [f"leaked after terminate: {x}" for x in leaks_except(self.d, [self.src.id, self.sus.id])]
+
+    def check_snapshots(self, problems: List[str], p: Pending) -> None:
+        listed = {s.id: s for s in Snapshot.list(client=self.c)}
+        missing = sorted(self.complete - set(listed))
+        if p.op == "snapshot delete" and p.context["snapshot"] in missing:
+            self.complete.discard(p.context["snapshot"])  # deleted: the request was in flight
+            missing.remove(p.context["snapshot"])
+        problems += [f"snapshot {s} was reported complete but is not listed" for s in missing]
+        for sid, snap in listed.items():
+            if sid not in self.expect and p.op.startswith("checkpoint"):
+                exp = p.context["expect"]
+                if snap.source_sandbox_id == exp.source and str(getattr(snap.type, "value", snap.type)) == exp.kind:
+                    self.expect[sid] = exp  # completed as the daemon died; must be whole
+            if sid not in self.expect:
+                problems.append(f"snapshot {sid} appeared that no checkpoint made")
+        todo = [s for s in sorted(listed) if s in self.expect and s not in self.verified]
+        old = sorted(set(listed) & self.verified)
+        todo += [self.rng.choice(old)] if old else []
+        for sid in todo:
+            problem = self.verify(sid)
+            problems += [problem] if problem else []
+        self.check_snapshot_dirs(set(listed), problems)
+
+    def verify(self, sid: str) -> Optional[str]:
+        """Restores ``sid`` and checks what it must show."""
+        exp = self.expect[sid]
+        try:
+            with Sandbox.create(client=self.c, snapshot_id=sid) as sb:
+                problem = self.shows(sb, exp.mark, exp.value)
+        except SandforkError as e:
+            problem = f"restore failed: {e}"
+        if problem:
+            return f"snapshot {sid} ({exp.kind}): {problem}"
+        self.verified.add(sid)
+        self.faults.verified_snapshot()
+        return None
+
+    def check_snapshot_dirs(self, listed: Set[str], problems: List[str]) -> None:
+        suspended = {s.id for s in Sandbox.list(client=self.c, state="suspended")}
+        owned = listed | {"snap-suspend-" + s.removeprefix("sb-") for s in suspended}
+        on_disk = {p.name for p in (self.d.data_dir / "snapshots").iterdir()} if (self.d.data_dir / "snapshots").is_dir() else set()
+        problems += [f"snapshot directory {x} has no snapshot" for x in sorted(on_disk - owned)]
+
+    def settled(self) -> List[Any]:
+        deadline = time.monotonic() + SETTLE_SECS
+        while True:
+            infos = Sandbox.list(client=self.c)
+            moving = [i for i in infos if status(i) not in ("running", "suspended", "failed")]
+            if not moving or time.monotonic() > deadline:
+                return infos
+            time.sleep(0.2)
+
+    def check_sandboxes(self, problems: List[str]) -> List[str]:
+        """Every sandbox usable, suspended or cleanly failed (then terminated); returns the live ids."""
+        live = []
+        for info in self.settled():
+            state = status(info)
+            sb = Sandbox(info.id, client=self.c)
+            if state == "running":
+                problem = self.check_running(sb)
+                problems += [problem] if problem else []
+                live.append(info.id)
+            elif state == "suspended":
+                live.append(info.id)
+            elif state == "failed":
+                pass  # its resources must be gone already (checked by the caller)
+            else:
+                problems.append(f"sandbox {info.id} still {state} {SETTLE_SECS:g} s after the restart")
+                live.append(info.id)
+            if info.id in (self.src.id, self.sus.id) and state not in ("running", "suspended"):
+                problems.append(f"{info.name} is {state}: {info.error}")
+                self.replace(info.id)
+        for sid in (self.src.id, self.sus.id):
+            if sid not in {i.id for i in self.settled()}:
+                problems.append(f"sandbox {sid} vanished")
+                self.replace(sid)
+        return live + [self.src.id, self.sus.id]
+
+    def check_running(self, sb: Sandbox) -> Optional[str]:
+        if sb.id in self.holders:
+            return self.shows(sb, *self.holders[sb.id])
+        try:
+            r = sb.run("echo", ["alive"], timeout=30)
+        except SandforkError as e:
+            return f"running sandbox {sb.id} does not answer exec: {e}"
+        return None if r.stdout.strip() == "alive" else f"{sb.id} answered {r.stdout!r}"
+
+    def replace(self, sid: str) -> None:
+        """A lost holder sandbox is replaced so that later rounds have one."""
+        try:
+            Sandbox(sid, client=self.c).terminate()
+        except SandforkError:
+            pass
+        if sid == self.src.id:
+            self.src = self.holder("k9-src")
+        else:
+            self.sus = self.holder("k9-sus")
+
+    # --- the end -------------------------------------------------------------------
+
+    def final(self) -> None:
+        """Every listed snapshot restores once more; then everything is terminated and counted."""
+        problems: List[str] = []
+        for s in Snapshot.list(client=self.c):
+            problem = self.verify(s.id) if s.id in self.expect else f"snapshot {s.id} appeared that no checkpoint made"
+            problems += [problem] if problem else []
+        assert not problems, problems
+        for info in Sandbox.list(client=self.c):
+            Sandbox(info.id, client=self.c).terminate()
+        self.faults.leaks(census(self.d))
+
+
+@pytest.mark.fault("daemon killed")
+def test_daemon_killed_during_every_operation(faults: Faults) -> None:
+    """The daemon killed with SIGKILL during create, exec, checkpoints, fork, suspend, resume, snapshot delete and image build (seeded)."""
+    d = new_daemon()
+    loop: Optional[KillLoop] = None
+    try:
+        loop = KillLoop(faults, d)
+        for op in OPS:
+            loop.measure(op)
+        order = [op for _ in range(ROUNDS // len(OPS) + 1) for op in loop.rng.sample(OPS, len(OPS))][:ROUNDS]
+        for op in order:
+            loop.kill_during(op)
+        loop.final()
+        print(f"\nkill -9: seed {SEED}, {len(order)} kills, {faults.snapshots_verified} snapshots verified; durations "
+              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in loop.durations.items()))  # fmt: skip
+    finally:
+        finish(loop.d if loop else d)
