@@ -11,9 +11,23 @@ use clap::Parser;
 pub use args::Args;
 pub use client::Client;
 
+/// A client whose output is cut short (`sandfork ls | head -1`) ends quietly, as other
+/// Unix tools do, instead of panicking on a write to a closed pipe. Not for the daemon,
+/// whose writes to closed sockets must stay errors.
+fn quiet_on_closed_stdout() {
+    // SAFETY: called first thing in main, before any thread exists; restoring the
+    // default disposition of SIGPIPE has no other effect on the process.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> i32 {
     let args = Args::parse();
+    if !matches!(args.command, args::Command::Serve(_)) {
+        quiet_on_closed_stdout();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -399,3 +399,20 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("max_sandbox"), "{err}");
 }
+
+#[test]
+fn a_client_whose_reader_leaves_ends_quietly() {
+    // `sandfork openapi` prints ~100 KB without a daemon; the reader takes one byte.
+    let mut child = Command::new(BIN)
+        .arg("openapi")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
