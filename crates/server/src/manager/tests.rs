@@ -462,3 +462,43 @@ async fn a_failed_idle_suspend_waits_another_period_before_retrying() {
         "a failed suspend keeps it running"
     );
 }
+
+#[tokio::test]
+async fn restart_runs_on_a_suspend_cut_short_before_its_state_was_saved() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let (suspending, resuming) = {
+        let m = manager(&s, fake.clone()).await;
+        (
+            m.create(req(64)).await.unwrap(),
+            m.create(req(64)).await.unwrap(),
+        )
+    };
+    let store = Store::open(&s.db).unwrap();
+    for mut row in store.sandboxes().await.unwrap() {
+        row.view.state = if row.view.id == suspending.id {
+            State::Suspending
+        } else {
+            State::Resuming
+        };
+        store.put_sandbox(row).await.unwrap();
+    }
+    let fake2 = Arc::new(Fake::default());
+    let m = manager(&s, fake2.clone()).await;
+    // No suspended state was saved: the suspend had stopped nothing, so it runs on.
+    assert_eq!(m.get(&suspending.id).unwrap().state, State::Running);
+    assert!(fake2.live.lock().unwrap().contains(&suspending.id));
+    assert!(!fake2.destroyed.lock().unwrap().contains(&suspending.id));
+    let keep = fake2.cleaned_keep.lock().unwrap().clone().unwrap();
+    assert!(keep.contains(&suspending.id), "spared by the stale cleanup");
+    // A resume without its saved state has nothing to go back to.
+    let v = m.get(&resuming.id).unwrap();
+    assert_eq!(v.state, State::Failed);
+    assert!(fake2.destroyed.lock().unwrap().contains(&resuming.id));
+    let again = m.create(req(64)).await.unwrap();
+    assert_eq!(
+        again.state,
+        State::Running,
+        "admission counts the re-adopted one only"
+    );
+}
