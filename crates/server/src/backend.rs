@@ -183,6 +183,11 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BackendResult<BuiltImage>;
     /// Removes an image by name (sandboxes using its layer keep working).
     async fn remove_image(&self, name: &str) -> BackendResult<()>;
+    /// Every image the backend holds, by name (to put the store back in line after a
+    /// crash). None by default.
+    async fn images(&self) -> BackendResult<Vec<(String, BuiltImage)>> {
+        Ok(Vec::new())
+    }
 
     /// Checkpoints a running sandbox (it keeps running); memory images go to `memory_dir`.
     async fn checkpoint(

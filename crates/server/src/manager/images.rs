@@ -121,6 +121,36 @@ impl Manager {
         }
     }
 
+    /// Puts the store back in line with the backend's images after a crash. An image the
+    /// store never recorded (the daemon died before a build answered, or during a delete)
+    /// is removed; a rebuild the store has not recorded yet is recorded, as the name
+    /// already pins the new layer rather than the recorded one.
+    pub(super) async fn recover_images(&self) -> Result<()> {
+        let recorded = self.store.images().await?;
+        for (name, built) in self.backend.images().await? {
+            match recorded.iter().find(|i| i.name == name) {
+                None => {
+                    tracing::info!(image = %name, "removing an image whose build was not recorded");
+                    if let Err(e) = self.backend.remove_image(&name).await {
+                        tracing::warn!(image = %name, error = %e, "image removal failed");
+                    }
+                }
+                Some(i) if i.layer_id != built.layer_id => {
+                    tracing::info!(image = %name, layer = %built.layer_id, "recording a finished rebuild");
+                    let image = Image {
+                        layer_id: built.layer_id,
+                        size_bytes: built.size_bytes,
+                        created_at: now_rfc3339(),
+                        ..i.clone()
+                    };
+                    self.store.put_image(image).await?;
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Every image.
     pub async fn images(&self) -> Result<Vec<Image>> {
         Ok(self.store.images().await?)

@@ -42,6 +42,9 @@ impl Manager {
         if let Err(e) = self.recover_snapshots().await {
             tracing::error!(error = %e.message(), "snapshot recovery failed");
         }
+        if let Err(e) = self.recover_images().await {
+            tracing::error!(error = %e.message(), "image recovery failed");
+        }
         Ok(())
     }
 

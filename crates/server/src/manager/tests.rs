@@ -26,12 +26,16 @@ struct Fake {
     live: Mutex<HashSet<String>>,
     fail_create: Mutex<bool>,
     fail_adopt: Mutex<bool>,
+    /// Sandboxes whose agent "died", with the reason.
+    dead: Mutex<std::collections::HashMap<String, String>>,
     destroyed: Mutex<Vec<String>>,
     cleaned_keep: Mutex<Option<Vec<String>>>,
     create_delay_ms: u64,
     checkpoints: AtomicUsize,
     in_create: AtomicUsize,
     max_in_create: AtomicUsize,
+    images: Mutex<Vec<(String, BuiltImage)>>,
+    removed_images: Mutex<Vec<String>>,
 }
 
 fn unsupported<T>() -> BackendResult<T> {
@@ -61,6 +65,9 @@ impl Backend for Fake {
         }
         self.live.lock().unwrap().insert(spec.id.clone());
         Ok(Booted::default())
+    }
+    async fn dead_reason(&self, id: &str) -> BackendResult<Option<String>> {
+        Ok(self.dead.lock().unwrap().get(id).cloned())
     }
     async fn destroy(&self, id: &str) -> BackendResult<()> {
         self.live.lock().unwrap().remove(id);
@@ -158,8 +165,12 @@ impl Backend for Fake {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
         Err(BackendError::Host("CRIU refused".into()))
     }
-    async fn remove_image(&self, _: &str) -> BackendResult<()> {
+    async fn remove_image(&self, name: &str) -> BackendResult<()> {
+        self.removed_images.lock().unwrap().push(name.to_string());
         Ok(())
+    }
+    async fn images(&self) -> BackendResult<Vec<(String, BuiltImage)>> {
+        Ok(self.images.lock().unwrap().clone())
     }
 }
 
@@ -501,4 +512,108 @@ async fn restart_runs_on_a_suspend_cut_short_before_its_state_was_saved() {
         State::Running,
         "admission counts the re-adopted one only"
     );
+}
+
+#[tokio::test]
+async fn restart_removes_unrecorded_images_and_records_finished_rebuilds() {
+    let s = setup(10, 10_000);
+    let built = |layer: &str| BuiltImage {
+        layer_id: layer.into(),
+        size_bytes: 7,
+    };
+    {
+        let m = manager(&s, Arc::new(Fake::default())).await;
+        let (tx, _rx) = mpsc::channel(16);
+        let req = crate::api::types::BuildImage {
+            name: "rebuilt".into(),
+            builder: "busybox".into(),
+            ..Default::default()
+        };
+        m.build_image(req, tx).await.unwrap();
+    }
+    let fake = Arc::new(Fake::default());
+    *fake.images.lock().unwrap() = vec![
+        ("orphan".into(), built("layer-o")),
+        ("rebuilt".into(), built("layer-new")),
+    ];
+    let m = manager(&s, fake.clone()).await;
+    assert_eq!(
+        *fake.removed_images.lock().unwrap(),
+        vec!["orphan".to_string()]
+    );
+    let images = m.images().await.unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].name, "rebuilt");
+    assert_eq!(images[0].layer_id, "layer-new");
+    assert_eq!(images[0].size_bytes, 7);
+}
+
+#[tokio::test]
+async fn a_dead_agent_fails_the_sandbox_with_the_reason_and_tears_it_down() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let (victim, other) = (
+        m.create(req(64)).await.unwrap(),
+        m.create(req(64)).await.unwrap(),
+    );
+    let reason = "Its agent (PID 1 of the sandbox) died".to_string();
+    fake.dead
+        .lock()
+        .unwrap()
+        .insert(victim.id.clone(), reason.clone());
+    m.watch_once().await;
+    let v = m.get(&victim.id).unwrap();
+    assert_eq!(
+        (v.state, v.error.as_deref()),
+        (State::Failed, Some(reason.as_str()))
+    );
+    assert_eq!(*fake.destroyed.lock().unwrap(), vec![victim.id.clone()]);
+    assert_eq!(m.get(&other.id).unwrap().state, State::Running);
+    // Admission released; a failed sandbox still terminates (idempotent cleanup).
+    assert_eq!(
+        m.terminate(&victim.id).await.unwrap().state,
+        State::Terminated
+    );
+}
+
+#[tokio::test]
+async fn the_watch_leaves_busy_and_non_running_sandboxes_alone() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let busy = m.create(req(64)).await.unwrap();
+    fake.dead
+        .lock()
+        .unwrap()
+        .insert(busy.id.clone(), "dead".into());
+    // An operation in flight (a checkpoint pauses the container) holds the op lock.
+    let entry = m.find(&busy.id).unwrap();
+    let op = entry.op.lock().await;
+    m.watch_once().await;
+    assert_eq!(m.get(&busy.id).unwrap().state, State::Running);
+    drop(op);
+    m.watch_once().await;
+    assert_eq!(m.get(&busy.id).unwrap().state, State::Failed);
+}
+
+#[tokio::test]
+async fn a_sandbox_dead_while_the_daemon_was_down_is_failed_at_recovery() {
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let sb = m.create(req(64)).await.unwrap();
+    drop(m);
+    let fake = Arc::new(Fake::default());
+    fake.dead
+        .lock()
+        .unwrap()
+        .insert(sb.id.clone(), "Its disk server died".into());
+    let m = manager(&s, fake.clone()).await;
+    let v = m.get(&sb.id).unwrap();
+    assert_eq!(v.state, State::Failed);
+    assert_eq!(
+        v.error.as_deref(),
+        Some("Its disk server died while the daemon was down")
+    );
+    assert!(fake.destroyed.lock().unwrap().contains(&sb.id));
 }

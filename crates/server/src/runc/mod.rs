@@ -355,6 +355,24 @@ impl Backend for RuncBackend {
             .map_err(host_err)
     }
 
+    async fn images(&self) -> BackendResult<Vec<(String, BuiltImage)>> {
+        let images = self.images.clone();
+        let list = tokio::task::spawn_blocking(move || images.list())
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(host_err)?;
+        Ok(list
+            .into_iter()
+            .map(|m| {
+                let built = BuiltImage {
+                    layer_id: m.layer,
+                    size_bytes: m.size,
+                };
+                (m.name, built)
+            })
+            .collect())
+    }
+
     async fn checkpoint(
         &self,
         id: &str,
