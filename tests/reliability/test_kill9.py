@@ -273,6 +273,9 @@ class KillLoop:
             self.c.request("DELETE", f"/v1/images/{name}")
         builds = [str(x) for x in (self.d.data_dir / "images").glob(".build-*")]
         problems += [f"build directory left behind: {b}" for b in builds]
+        listed = {i["name"] for i in self.c.request_json("GET", "/v1/images").get("images", [])}
+        held = {x.stem for x in (self.d.data_dir / "images").glob("*.json")}
+        problems += [f"image {x} is held on disk but not listed" for x in sorted(held - listed)]
 
     # --- the state after a restart -------------------------------------------------
 
