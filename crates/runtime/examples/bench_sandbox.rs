@@ -174,6 +174,7 @@ fn bare_bundle(dir: &Path, id: &str, args: &[&str]) -> Result<(PathBuf, serde_js
         netns: Path::new("/proc/1/ns/net"),
         cgroup: "",
         resolv_conf: None,
+        criu_config: &bundle.join("criu.conf"),
         nofile: 1024,
     };
     let mut config = runtime::oci::to_value(&runtime::oci::config(&s, &host));

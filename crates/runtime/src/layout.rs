@@ -69,6 +69,10 @@ impl SandboxPaths {
     pub fn config(&self) -> PathBuf {
         self.bundle().join("config.json")
     }
+    /// CRIU's configuration file for this sandbox (see `oci::CRIU_OPTIONS`).
+    pub fn criu_config(&self) -> PathBuf {
+        self.bundle().join("criu.conf")
+    }
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs")
     }

@@ -168,6 +168,7 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     let rootfs = paths.rootfs();
     let run_dir = paths.run();
     let resolv = resolv_conf(paths, record)?;
+    let criu_config = paths.criu_config();
     let host_paths = oci::HostPaths {
         rootfs: &rootfs,
         run_dir: &run_dir,
@@ -175,6 +176,7 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
         netns: &netns,
         cgroup: &record.names.cgroup,
         resolv_conf: resolv.as_deref(),
+        criu_config: &criu_config,
         nofile: nofile_limit(),
     };
     let config = oci::config(&record.spec, &host_paths);

@@ -70,7 +70,14 @@ pub struct Config {
     pub hostname: String,
     pub mounts: Vec<Mount>,
     pub linux: Linux,
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
+
+/// CRIU options for every checkpoint and restore of a sandbox, in the CRIU configuration
+/// file runc hands to CRIU (annotation `org.criu.config`). `tcp-close`: established TCP
+/// connections do not block a dump and come back closed (a restored copy has its own
+/// address, so they could not carry on; listeners come back as they were).
+pub const CRIU_OPTIONS: &str = "tcp-close\n";
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -184,6 +191,8 @@ pub struct HostPaths<'a> {
     pub cgroup: &'a str,
     /// Host-owned resolver configuration to bind read-only at /etc/resolv.conf.
     pub resolv_conf: Option<&'a Path>,
+    /// The CRIU configuration file (holding [`CRIU_OPTIONS`]).
+    pub criu_config: &'a Path,
     /// RLIMIT_NOFILE given to the sandbox; at most the host's hard limit, since raising a
     /// limit needs CAP_SYS_RESOURCE, which the host may not have.
     pub nofile: u64,
@@ -208,6 +217,11 @@ pub fn config(spec: &SandboxSpec, host: &HostPaths<'_>) -> Config {
             readonly_paths: READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
             seccomp: seccomp::profile(),
         },
+        annotations: [(
+            "org.criu.config".to_string(),
+            host.criu_config.display().to_string(),
+        )]
+        .into(),
     }
 }
 
@@ -412,9 +426,17 @@ mod tests {
             netns: Path::new("/run/netns/sf-sb-1"),
             cgroup: "/sandfork/sb-1",
             resolv_conf: None,
+            criu_config: Path::new("/d/bundle/criu.conf"),
             nofile: 20000,
         };
         to_value(&config(&spec(), &host))
+    }
+
+    #[test]
+    fn criu_reads_its_options_from_the_bundle() {
+        let v = generated();
+        assert_eq!(v["annotations"]["org.criu.config"], "/d/bundle/criu.conf");
+        assert!(CRIU_OPTIONS.lines().any(|l| l == "tcp-close"));
     }
 
     #[test]
@@ -550,6 +572,7 @@ mod tests {
             netns: Path::new("/run/netns/sf-sb-1"),
             cgroup: "/sandfork/sb-1",
             resolv_conf: Some(Path::new("/d/resolv.conf")),
+            criu_config: Path::new("/d/bundle/criu.conf"),
             nofile: 20000,
         };
         let m = has(&to_value(&config(&spec(), &host))).unwrap();

@@ -64,6 +64,30 @@ def test_memory_checkpoint_restores_warm(daemon) -> None:
         Sandbox.delete_snapshot(snap.id)
 
 
+def test_memory_checkpoint_closes_established_tcp_connections(daemon) -> None:
+    """An open TCP connection does not block a memory checkpoint; copies get it closed."""
+    with Sandbox.create(memory_mb=128) as base:
+        base.start_process("sh", ["-c", "nc -l -p 7000 > /tmp/got; echo closed > /tmp/server-done"])
+        time.sleep(0.3)
+        base.start_process("sh", ["-c", "(echo hello; sleep 100000) | nc 127.0.0.1 7000"])
+        deadline = time.monotonic() + 10
+        while base.read_file("/tmp/got").decode().strip() != "hello" if base.exists("/tmp/got") else True:
+            assert time.monotonic() < deadline, "the connection inside the sandbox did not come up"
+            time.sleep(0.05)
+        snap = base.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        assert base.run("cat", ["/tmp/got"]).stdout.strip() == "hello"  # the source keeps it
+        assert not base.exists("/tmp/server-done")
+    try:
+        with Sandbox.create(snapshot_id=snap.snapshot_id) as copy:
+            deadline = time.monotonic() + 10
+            while not copy.exists("/tmp/server-done"):
+                assert time.monotonic() < deadline, "the restored connection was not closed"
+                time.sleep(0.05)
+            assert copy.run("echo", ["usable"]).stdout.strip() == "usable"
+    finally:
+        Sandbox.delete_snapshot(snap.id)
+
+
 def test_fork_children_diverge(daemon) -> None:
     with Sandbox.create(memory_mb=64) as base:
         base.write_file("/shared.txt", "parent")

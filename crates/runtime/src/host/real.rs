@@ -197,6 +197,8 @@ impl Host for RealHost {
     }
 
     fn write_config(&self, paths: &SandboxPaths, config: &[u8]) -> Result<()> {
+        let criu = paths.criu_config();
+        std::fs::write(&criu, crate::oci::CRIU_OPTIONS).at(&criu)?;
         std::fs::write(paths.config(), config).at(paths.config())
     }
 
