@@ -17,6 +17,7 @@ pub mod liveness;
 pub mod net;
 pub mod oci;
 mod seccomp;
+pub mod space;
 pub mod spec;
 mod stale;
 

@@ -38,12 +38,13 @@ pub enum Error {
 /// layer — the block store, the runtime, CRIU, tar, SQLite, the agent.
 pub fn says_storage_full(message: &str) -> bool {
     const SIGNS: [&str; 5] = [
-        "No space left on device",
+        "no space left on device",
         "os error 28",
         "database or disk is full",
         "because database is full",
-        "Disk quota exceeded",
+        "disk quota exceeded",
     ];
+    let message = message.to_lowercase();
     SIGNS.iter().any(|s| message.contains(s))
 }
 
@@ -213,6 +214,7 @@ mod tests {
         let e: Error = StoreError::Sql(full).into();
         assert_eq!(e.status_code().0, 507, "{}", e.message());
         assert!(!says_storage_full("Image build failed: exit status 1"));
+        assert!(says_storage_full("/root/big: no space left on device"));
     }
 
     #[test]

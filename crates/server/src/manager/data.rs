@@ -8,7 +8,7 @@ use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
 use tokio::sync::mpsc;
 
 use super::Manager;
-use crate::backend::{ExecEvent, Stream, STREAM_DEPTH};
+use crate::backend::{BackendError, ExecEvent, Stream, STREAM_DEPTH};
 use crate::error::{Error, Result};
 use crate::lifecycle::{plan, Op};
 
@@ -42,7 +42,7 @@ impl Manager {
             Ok(s) => s,
             Err(e) => {
                 crate::guest_warn!(self.guest_logs, &id, sandbox = %id, error = %e, "exec refused");
-                if matches!(e, crate::backend::BackendError::Unavailable(_)) {
+                if matches!(e, BackendError::Unavailable(_)) {
                     self.probe_soon(&id);
                 }
                 return Err(e.into());
@@ -150,6 +150,9 @@ impl Manager {
         data: Stream<Bytes>,
     ) -> Result<u64> {
         let id = self.using(id_or_name)?;
+        let data_dir = self.config.data_dir.clone();
+        check_host_space(&data_dir)?;
+        let data = guard_host_space(data_dir, data);
         let r = self.backend.write_file(&id, path, mode, data).await;
         self.touch(&id);
         Ok(r?)
@@ -174,4 +177,55 @@ impl Manager {
         let id = self.using(id_or_name)?;
         Ok(self.backend.mkdir(&id, path, parents).await?)
     }
+}
+
+/// Free space the host disk must keep for an upload to go on: a sandbox's disk takes its
+/// room there only at writeback, after the guest's write succeeded, so an upload is
+/// refused (507) before the host disk is full rather than lost after.
+pub const HOST_SPACE_FLOOR: u64 = 32 << 20;
+
+/// How often (in uploaded bytes) an upload checks the host's free space.
+const SPACE_CHECK_EVERY: u64 = 8 << 20;
+
+fn host_space_error(data_dir: &std::path::Path) -> Option<String> {
+    let free = runtime::space::free_bytes(data_dir).ok()?;
+    (free < HOST_SPACE_FLOOR).then(|| {
+        format!(
+            "No space left on device: the host disk of {} has {} MiB free",
+            data_dir.display(),
+            free >> 20
+        )
+    })
+}
+
+fn check_host_space(data_dir: &std::path::Path) -> Result<()> {
+    match host_space_error(data_dir) {
+        Some(m) => Err(BackendError::Host(m).into()),
+        None => Ok(()),
+    }
+}
+
+/// Forwards an upload's chunks, ending it with an error once the host disk runs low (the
+/// backend then drops the partial file).
+fn guard_host_space(data_dir: std::path::PathBuf, mut data: Stream<Bytes>) -> Stream<Bytes> {
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        let (mut seen, mut next_check) = (0u64, SPACE_CHECK_EVERY);
+        while let Some(item) = data.recv().await {
+            if let Ok(chunk) = &item {
+                seen += chunk.len() as u64;
+            }
+            if seen >= next_check {
+                next_check = seen + SPACE_CHECK_EVERY;
+                if let Some(m) = host_space_error(&data_dir) {
+                    let _ = tx.send(Err(BackendError::Host(m))).await;
+                    return;
+                }
+            }
+            if tx.send(item).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }

@@ -36,16 +36,34 @@ fn criu_log_tail(log: &Path) -> String {
         .join(" | ")
 }
 
-/// Adds what CRIU refused (from its log in the work dir) to a failed runc call.
-fn with_criu_log(e: Error, log: &Path) -> Error {
+/// Free bytes below which a failed dump is blamed on a full disk: CRIU (and the tar it
+/// runs for tmpfs contents) often logs only that a write or a helper failed.
+const NEARLY_FULL: u64 = 2 << 20;
+
+/// Whether a failed CRIU run into `images` ran out of disk space.
+fn out_of_space(images: &Path, log: &str) -> bool {
+    let said = ["No space left on device", "Wrote only", "ENOSPC"]
+        .iter()
+        .any(|s| log.contains(s));
+    let free = crate::space::free_bytes(images).unwrap_or(u64::MAX);
+    said || free < NEARLY_FULL
+}
+
+/// Adds what CRIU refused (from its log in the work dir) to a failed runc call, and
+/// says so plainly when the image directory's disk ran full.
+fn with_criu_log(e: Error, log: &Path, images: &Path) -> Error {
     match e {
         Error::Command { command, detail } => {
             let tail = criu_log_tail(log);
-            let detail = if tail.is_empty() {
+            let mut detail = if tail.is_empty() {
                 detail
             } else {
                 format!("{detail}; CRIU: {tail}")
             };
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            if out_of_space(images, &text) {
+                detail.push_str("; No space left on device for the memory images");
+            }
             Error::Command { command, detail }
         }
         other => other,
@@ -92,7 +110,7 @@ impl CheckpointHost for RealHost {
             .arg(id);
         run(&mut c)
             .map(drop)
-            .map_err(|e| with_criu_log(e, &criu.work.join("dump.log")))
+            .map_err(|e| with_criu_log(e, &criu.work.join("dump.log"), criu.images))
     }
 
     fn runc_restore(
@@ -110,7 +128,7 @@ impl CheckpointHost for RealHost {
         c.arg(criu.images).arg("--work-path").arg(criu.work);
         c.arg("--bundle").arg(paths.bundle()).arg(id);
         cmd::run_detached(c, &log, &paths.logs().join("init.log"))
-            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log")))?;
+            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log"), criu.work))?;
         self.name_restored(root, id)
     }
 

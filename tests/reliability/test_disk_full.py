@@ -1,0 +1,266 @@
+"""The host disk full under a daemon: its data directory lives on a small ext4 filesystem
+the test makes (an image file on a loop device), and a host-side filler file takes the
+rest of the space. A checkpoint, an upload and an image build must then fail with a clear
+507 ``insufficient_storage``, leave the source sandbox running and usable, leave no
+partial snapshot or image visible, and give the space back once the filler is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+from conftest import census, new_daemon
+
+from _daemon import clean_up_after, leaks_of
+from sandfork import Client, Sandbox, SandforkError, Snapshot
+
+FAULT = "host disk full"
+FS_MIB = 512
+MIB = 1 << 20
+
+
+class SmallFs:
+    """An ext4 filesystem of ``FS_MIB`` on a loop device, mounted at ``mnt``."""
+
+    def __init__(self, mnt: Path, image: Path):
+        self.mnt, self.image = mnt, image
+        self.filler = mnt / "filler"
+
+    def free(self) -> int:
+        st = os.statvfs(self.mnt)
+        return st.f_bavail * st.f_frsize
+
+    def used(self) -> int:
+        st = os.statvfs(self.mnt)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def fill(self, leave: int = 0) -> None:
+        """Takes all free space but ``leave`` bytes with the filler (as far as ext4 lets)."""
+        with open(self.filler, "ab") as f:
+            for _ in range(64):
+                want = self.free() - leave
+                if want <= 0:
+                    break
+                try:
+                    os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, want)
+                except OSError:
+                    leave += MIB  # metadata needs room too: ask for a little less
+            f.flush()
+            os.fsync(f.fileno())
+
+    def unfill(self) -> None:
+        self.filler.unlink(missing_ok=True)
+        os.sync()
+
+
+def mounted(path: Path) -> bool:
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(path) for line in f)
+
+
+@pytest.fixture
+def small_fs() -> Iterator[SmallFs]:
+    """A fresh small filesystem at ``<root>/data`` (the daemon's data dir); unmounted, its
+    loop device detached and its image removed whatever happens."""
+    work = Path(tempfile.mkdtemp(prefix="sfdf-img-"))
+    root = Path(tempfile.mkdtemp(prefix="sfdf-"))
+    image, mnt = work / "fs.img", root / "data"
+    mnt.mkdir()
+    try:
+        with open(image, "wb") as f:
+            f.truncate(FS_MIB * MIB)
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard", str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+        yield SmallFs(mnt, image)
+    finally:
+        for _ in range(50):
+            if not mounted(mnt):
+                break
+            subprocess.run(["umount", str(mnt)], capture_output=True)
+            if mounted(mnt):
+                time.sleep(0.2)
+        if mounted(mnt):
+            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        out = subprocess.run(["losetup", "-j", str(image)], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            subprocess.run(["losetup", "-d", line.split(":")[0]], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def full_daemon(small_fs: SmallFs) -> Iterator[tuple]:
+    """A daemon whose data dir is ``small_fs``; stopped and checked for leaks after."""
+    d = new_daemon(root=small_fs.mnt.parent)
+    try:
+        yield d, small_fs
+    finally:
+        small_fs.unfill()
+        problems = clean_up_after(d) if d.process.poll() is None else leaks_of(d)
+        problems += census(d)
+        problems = [p for p in problems if p != str(small_fs.mnt)]
+        assert not problems, f"the daemon left behind ({d.root}):\n" + "\n".join(problems)
+
+
+def client_of(d) -> Client:
+    return Client(url=d.url, token=d.token or "")
+
+
+def expect_507(call) -> tuple:
+    """Runs ``call``; returns (ok, detail): ok when it failed with 507 insufficient_storage
+    and a message naming the full disk."""
+    started = time.monotonic()
+    try:
+        call()
+    except SandforkError as e:
+        msg = str(e)
+        ok = e.status == 507 and e.code == "insufficient_storage" and "space" in msg.lower()
+        detail = f"{e.status} {e.code} after {time.monotonic() - started:.2f}s: {msg}"
+        print(detail)
+        return ok, detail
+    return False, "it succeeded"
+
+
+def usable(sb: Sandbox, path: str, content: str) -> List[str]:
+    problems = []
+    if str(sb.status) != "running":
+        problems.append(f"sandbox is {sb.status}")
+    r = sb.run("cat", [path])
+    if r.stdout != content:
+        problems.append(f"{path} reads {r.stdout!r} {r.stderr!r}")
+    return problems
+
+
+def space_back(fs: SmallFs, before: int, slack: int = 16 * MIB) -> tuple:
+    """Whether the filesystem's usage is back to ``before`` (± ``slack``) within a while."""
+    deadline = time.monotonic() + 20
+    while True:
+        os.sync()
+        now = fs.used()
+        if abs(now - before) <= slack or time.monotonic() > deadline:
+            return abs(now - before) <= slack, f"used {before // MIB} MiB before, {now // MIB} MiB after"
+        time.sleep(0.5)
+
+
+@pytest.mark.fault(FAULT)
+def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
+    """Memory and filesystem checkpoints with the host disk full: 507, source still running, no snapshot, space released, a checkpoint succeeds after."""
+    d, fs = full_daemon
+    c = client_of(d)
+    sb = Sandbox.create(client=c)
+    sb.write_file("/root/data", "precious\n")
+    # 24 MiB in the sandbox's memory (its /dev/shm tmpfs) for CRIU to dump.
+    sb.run("dd", ["if=/dev/urandom", "of=/dev/shm/blob", "bs=1M", "count=24"])
+    sb.start_process("sleep", ["3600"])
+    os.sync()
+    before = fs.used()
+    # Full to the last block (the state database refuses first), then with a few MiB
+    # left (the database works; CRIU's dump runs out). A filesystem checkpoint writes
+    # next to nothing (a seal), so only the full disk fails it.
+    for kind, leave in (("memory", 0), ("filesystem", 0), ("memory", 4 * MIB)):
+        fs.unfill()
+        fs.fill(leave=leave)
+        kind_left = f"{kind} checkpoint with the host disk full ({leave >> 10} KiB left)"
+        ok, detail = expect_507(lambda: sb.checkpoint(checkpoint_type=kind))
+        faults.injected(f"{kind_left}: 507", ok, detail)
+        problems = usable(sb, "/root/data", "precious\n")
+        faults.injected(f"{kind_left}: source still running and usable", not problems, "; ".join(problems))
+        snaps = Snapshot.list(client=c)
+        leftover = sorted(os.listdir(d.data_dir / "snapshots")) if (d.data_dir / "snapshots").exists() else []
+        faults.injected(f"{kind_left}: no snapshot", not snaps and not leftover, f"listed {snaps}, files {leftover}")
+    fs.unfill()
+    ok, detail = space_back(fs, before)
+    faults.injected("checkpoints on a full disk: space released", ok, detail)
+    try:
+        snap = sb.checkpoint(checkpoint_type="memory")
+        restored = Sandbox.create(client=c, snapshot_id=snap.id)
+        ok = restored.run("cat", ["/root/data"]).stdout == "precious\n"
+        restored.terminate()
+        snap.delete()
+        faults.verified_snapshot()
+        detail = f"snapshot {snap.id} restored"
+    except SandforkError as e:
+        ok, detail = False, str(e)
+    faults.injected("checkpoint after the disk was freed succeeds and restores", ok, detail)
+    sb.terminate()
+
+
+@pytest.mark.fault(FAULT)
+def test_upload_on_a_full_disk(full_daemon, faults) -> None:
+    """An upload with the host disk full, and one larger than the sandbox's own disk: 507, no partial file, the sandbox usable."""
+    d, fs = full_daemon
+    c = client_of(d)
+    sb = Sandbox.create(client=c)
+    sb.write_file("/root/data", "precious\n")
+    ok, detail = expect_507(lambda: sb.write_file("/root/too-big", os.urandom(1 << 10) * (1 << 10) * (sb.info().disk_mb + 64)))
+    faults.injected("upload larger than the sandbox's own disk: 507", ok, detail)
+    gone = sb.run("ls", ["/root"]).stdout.split()
+    faults.injected("upload larger than the sandbox's disk: no partial file", "too-big" not in gone, f"/root holds {gone}")
+    os.sync()
+    before = fs.used()
+    fs.fill(leave=0)
+    blob = os.urandom(1 << 20) * 32
+    ok, detail = expect_507(lambda: sb.write_file("/root/upload", blob))
+    faults.injected("upload with the host disk full: 507", ok, detail)
+    fs.unfill()
+    problems = usable(sb, "/root/data", "precious\n")
+    faults.injected("upload with the host disk full: sandbox still usable", not problems, "; ".join(problems))
+    listing = sb.run("ls", ["/root"]).stdout.split()
+    faults.injected("upload with the host disk full: no partial file", "upload" not in listing, f"/root holds {listing}")
+    ok, detail = space_back(fs, before)
+    faults.injected("upload on a full disk: space released", ok, detail)
+    try:
+        sb.run("rm", ["-f", "/root/upload"])
+        sb.write_file("/root/upload", blob)
+        ok = sb.run("sh", ["-c", "wc -c < /root/upload"]).stdout.strip() == str(len(blob))
+        detail = ""
+    except SandforkError as e:
+        ok, detail = False, str(e)
+    faults.injected("upload after the disk was freed succeeds", ok, detail)
+    sb.terminate()
+
+
+def build_image(c: Client, name: str) -> dict:
+    """Builds image ``name`` (busybox); returns the last event of the progress stream."""
+    _, data = c.request("POST", "/v1/images", json_body={"name": name, "builder": "busybox"}, unbounded=True)
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()][-1]
+
+
+@pytest.mark.fault(FAULT)
+def test_image_build_on_a_full_disk(full_daemon, faults) -> None:
+    """An image build with the host disk full: a clear insufficient_storage error, no half image, space released, the build succeeds after."""
+    d, fs = full_daemon
+    c = client_of(d)
+    c.request_json("GET", "/v1/images")
+    os.sync()
+    before = fs.used()
+    for leave in (0, 3 * MIB, 10 * MIB):
+        fs.fill(leave=leave)
+        last = build_image(c, "full")
+        print(f"build with {leave >> 10} KiB left: {last}")
+        msg = last.get("message", "")
+        ok = last.get("type", last.get("event")) != "done" and last.get("code") == "insufficient_storage" and "space" in msg.lower()
+        faults.injected(f"image build with the host disk full ({leave // MIB} MiB left): clear error", ok, json.dumps(last))
+        names = [i["name"] for i in c.request_json("GET", "/v1/images")["images"]]
+        stray = [p.name for p in (d.data_dir / "images").iterdir() if "full" in p.name] if (d.data_dir / "images").exists() else []
+        faults.injected(f"image build with the host disk full ({leave // MIB} MiB left): no half image", "full" not in names and not stray,
+                        f"images {names}, files {stray}")  # fmt: skip
+        fs.unfill()
+    ok, detail = space_back(fs, before)
+    faults.injected("image builds on a full disk: space released", ok, detail)
+    last = build_image(c, "full")
+    ok = "image" in last and last["image"]["name"] == "full"
+    faults.injected("image build after the disk was freed succeeds", ok, json.dumps(last)[-300:])
+    if ok:
+        with Sandbox.create(image="full", client=c) as sb:
+            ok = sb.run("echo", ["hi"]).stdout == "hi\n"
+        faults.injected("a sandbox boots from the image built after", ok, "")
+        c.request("DELETE", "/v1/images/full")
