@@ -31,7 +31,7 @@ test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 test-python:
-	$(PYTHON) -m pytest -q sdk/python/tests $(wildcard tests/security)
+	$(PYTHON) -m pytest -q sdk/python/tests $(wildcard tests/security) $(wildcard tests/reliability)
 
 lint:
 	$(CARGO) fmt --all -- --check
