@@ -1,6 +1,8 @@
 //! The OpenAPI document, derived from the handlers and types.
 
-use utoipa::OpenApi;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
 
 use super::{exec, files, images, processes, sandboxes, snapshots, system, types};
 
@@ -31,12 +33,65 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, types}
         crate::snapshots::ForkRequest, crate::snapshots::ChildError, crate::snapshots::ForkChild,
         crate::snapshots::ForkResult,
     )),
+    modifiers(&CommonErrors),
     tags(
         (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "files"),
         (name = "images"), (name = "snapshots"), (name = "system"),
     )
 )]
 struct ApiDoc;
+
+/// Adds to every operation the error answers any handler of its shape can give, so that
+/// the document lists every status the daemon sends: 400 for a malformed parameter or body,
+/// 404 for an unknown path id, 409 for a sandbox that is not in a state to serve it.
+struct CommonErrors;
+
+impl Modify for CommonErrors {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+            ];
+            for op in ops.into_iter().flatten() {
+                add_common_errors(path, op);
+            }
+        }
+    }
+}
+
+fn add_common_errors(path: &str, op: &mut Operation) {
+    let has_input =
+        op.request_body.is_some() || op.parameters.as_ref().is_some_and(|p| !p.is_empty());
+    let on_sandbox = path.starts_with("/v1/sandboxes/{id}/");
+    let statuses = [
+        ("400", "Invalid parameter or body", has_input),
+        ("404", "No such resource", path.contains('{')),
+        (
+            "409",
+            "The sandbox is not in a state to do this",
+            on_sandbox,
+        ),
+    ];
+    for (status, description, applies) in statuses {
+        if applies && !op.responses.responses.contains_key(status) {
+            let response = ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            op.responses
+                .responses
+                .insert(status.into(), response.into());
+        }
+    }
+}
 
 /// The OpenAPI document as pretty JSON (what `docs/openapi.json` holds).
 pub fn openapi_json() -> String {
