@@ -99,6 +99,8 @@ impl Manager {
             rec.view.id = new_snapshot_id();
         }
         rec.internal = false;
+        // A host path from the file is never trusted: only the images it carries count.
+        rec.memory_dir = None;
         let dir = self.snapshots_dir().join(&rec.view.id);
         std::fs::create_dir_all(&dir).map_err(host)?;
         let placed = self.place_import(&mut rec, &work.0, &dir).await;
