@@ -113,16 +113,27 @@ fn disk_server(run_dir: &Path) -> Result<Liveness> {
     let Some(pid) = pid else {
         return Ok(Liveness::DiskServerDied { pid: None });
     };
-    let serves_it = std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| {
-        let dir = run_dir.as_os_str().as_encoded_bytes();
-        cmd.split(|b| *b == 0).any(|arg| arg == dir)
-    });
+    let serves_it = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|cmd| cmd.split(|b| *b == 0).any(|arg| names(arg, run_dir)));
     let alive = serves_it && proc_stat(pid).is_some_and(|s| !s.exited());
     Ok(if alive {
         Liveness::Alive
     } else {
         Liveness::DiskServerDied { pid: Some(pid) }
     })
+}
+
+/// Whether command-line argument `arg` names directory `dir` (a daemon started with
+/// another spelling of the data directory may have started the server).
+fn names(arg: &[u8], dir: &Path) -> bool {
+    if arg == dir.as_os_str().as_encoded_bytes() {
+        return true;
+    }
+    let Ok(arg) = std::str::from_utf8(arg) else {
+        return false;
+    };
+    let same = |a: &Path| a.canonicalize().ok();
+    arg.ends_with("disk") && same(Path::new(arg)).is_some_and(|a| Some(a) == same(dir))
 }
 
 #[cfg(test)]
@@ -167,6 +178,18 @@ mod tests {
     fn a_missing_sandbox_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         assert!(probe(&Layout::new(dir.path()), "nope").is_err());
+    }
+
+    #[test]
+    fn an_argument_names_a_dir_by_any_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("disk");
+        std::fs::create_dir(&run).unwrap();
+        let odd = format!("{}/./disk", dir.path().display());
+        assert!(names(run.as_os_str().as_encoded_bytes(), &run));
+        assert!(names(odd.as_bytes(), &run));
+        assert!(!names(b"--dir", &run));
+        assert!(!names(dir.path().as_os_str().as_encoded_bytes(), &run));
     }
 
     #[test]

@@ -26,7 +26,10 @@ impl Manager {
             .collect();
         // Before the cleanup removes what is left of them: why sandboxes died meanwhile.
         let mut dead = HashMap::new();
-        for id in &keep {
+        let running = rows
+            .iter()
+            .filter(|r| matches!(r.view.state, State::Running | State::Checkpointing));
+        for id in running.map(|r| &r.view.id) {
             if let Ok(Some(reason)) = self.backend.dead_reason(id).await {
                 dead.insert(id.clone(), reason);
             }
