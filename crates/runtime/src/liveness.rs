@@ -31,13 +31,16 @@ pub enum Liveness {
 impl Liveness {
     /// Why the sandbox is dead, for users; `None` when alive.
     pub fn reason(&self) -> Option<String> {
-        let pid = |p: &Option<u32>| p.map_or_else(String::new, |p| format!(" (host pid {p})"));
+        let pid = |p: &Option<u32>| p.map_or_else(String::new, |p| format!(", host pid {p}"));
         match self {
             Liveness::Alive => None,
             Liveness::AgentDied { pid: p } => {
-                Some(format!("Its agent (PID 1 of the sandbox){} died", pid(p)))
+                Some(format!("Its agent (PID 1 of the sandbox{}) died", pid(p)))
             }
-            Liveness::DiskServerDied { pid: p } => Some(format!("Its disk server{} died", pid(p))),
+            Liveness::DiskServerDied { pid: p } => Some(format!(
+                "Its disk server (the process serving its root disk{}) died",
+                pid(p)
+            )),
         }
     }
 }
