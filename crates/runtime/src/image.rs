@@ -141,11 +141,51 @@ pub fn remove_stale_builds(dir: &Path) -> Vec<PathBuf> {
         if build_owner(&name).is_some_and(|pid| !process_exists(pid)) {
             let path = e.path();
             tracing::info!(path = %path.display(), "removing an interrupted image build");
+            // Its commands (a chroot, mkfs, debootstrap) outlive the killed daemon and
+            // would go on writing into the directory while it is removed.
+            kill_processes_in(&path);
             drop(BuildDir { path: path.clone() });
             removed.push(path);
         }
     }
     removed
+}
+
+/// Kills every process working in `dir` (its root, working directory or command line
+/// there) and waits, briefly, for them to be gone.
+fn kill_processes_in(dir: &Path) {
+    for _ in 0..100 {
+        let found = processes_in(dir);
+        if found.is_empty() {
+            return;
+        }
+        for pid in found {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn processes_in(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let text = dir.to_string_lossy().into_owned();
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != std::process::id() as i32)
+        .filter(|pid| {
+            let proc = Path::new("/proc").join(pid.to_string());
+            let inside =
+                |link: &str| std::fs::read_link(proc.join(link)).is_ok_and(|p| p.starts_with(dir));
+            let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
+            inside("root") || inside("cwd") || String::from_utf8_lossy(&cmdline).contains(&text)
+        })
+        .collect()
 }
 
 fn process_exists(pid: u32) -> bool {
@@ -398,5 +438,24 @@ mod tests {
         assert!(!dead.exists());
         assert!(live.path().exists());
         assert!(dir.path().join("dead.json").exists());
+    }
+
+    #[test]
+    fn commands_still_working_in_a_stale_build_are_killed_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dir.path().join(".build-dead-99999999-0");
+        std::fs::create_dir_all(dead.join("rootfs")).unwrap();
+        // Like an orphaned build command: keeps writing into the directory.
+        let script = "while :; do touch f$RANDOM; sleep 0.01; done";
+        let mut child = Command::new("sh")
+            .args(["-c", script])
+            .current_dir(dead.join("rootfs"))
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_eq!(remove_stale_builds(dir.path()), vec![dead.clone()]);
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "killed");
+        assert!(!dead.exists());
     }
 }
