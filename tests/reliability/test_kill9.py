@@ -11,8 +11,9 @@ measured duration, restarts it on the same data dir and checks that:
 - every sandbox is running and answers exec, is suspended, or failed cleanly;
 - nothing of the sandboxes that are not live is left on the host.
 
+In a quarter of the rounds the restarted daemon is killed once more during its recovery.
 ``SANDFORK_FAULT_SEED`` picks operations and delays (default 7); ``SANDFORK_FAULT_ROUNDS``
-is the number of kills (default 36: each of the nine operations four times).
+is the number of kills (default 40: each of the ten operations four times).
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import pytest
-from _daemon import Daemon
+from _daemon import Daemon, daemon_binary, start_daemon
 from conftest import Faults, census, finish, leaks_except, new_daemon
 from sandfork import Client, Sandbox, SandforkError, Snapshot
 
 SEED = int(os.environ.get("SANDFORK_FAULT_SEED", "7"))
-ROUNDS = int(os.environ.get("SANDFORK_FAULT_ROUNDS", "36"))
-OPS = ["create", "exec", "checkpoint filesystem", "checkpoint memory", "fork", "suspend", "resume", "snapshot delete", "image build"]
+ROUNDS = int(os.environ.get("SANDFORK_FAULT_ROUNDS", "40"))
+OPS = ["create", "exec", "checkpoint filesystem", "checkpoint memory", "fork", "suspend", "resume", "snapshot delete", "image build", "terminate"]
 MEMORY_MB = 128
 SETTLE_SECS = 30.0
+# The share of rounds in which the restarted daemon is killed again while it recovers.
+RECOVERY_KILLS = 0.25
 
 # A process holding a value only in memory: /tmp/set replaces the value, /tmp/ask makes it
 # write the value to /tmp/answer.
@@ -129,9 +132,16 @@ class KillLoop:
             mark, value = self.mark(self.src)
             exp = Expect(kind, mark, value if kind == "memory" else None, self.src.id)
             return Pending(op, lambda: self.src.checkpoint(kind).id, {"expect": exp})
-        if op == "fork":
+        if op == "fork" and self.rng.random() < 0.5:
             sid = self.memory_snapshot()
-            return Pending(op, lambda: [s.id for s in Snapshot.fork(sid, 2, labels={"k9": tag}, client=self.c)], {"snapshot": sid})
+            return Pending(op, lambda: self.forked(Snapshot.fork(sid, 2, labels={"k9": tag}, client=self.c), sid), {})
+        if op == "fork":  # of the running source: a memory checkpoint in place, then children
+            mark, value = self.mark(self.src)
+            exp = Expect("memory", mark, value, self.src.id)
+            return Pending(op, lambda: self.forked(self.src.fork(2, labels={"k9": tag})), {"expect": exp})
+        if op == "terminate":
+            sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag})
+            return Pending(op, sb.terminate, {"sandbox": sb.id})
         if op == "suspend":
             self.ensure_sus("running")
             return Pending(op, lambda: self.sus.suspend(), {})
@@ -145,6 +155,10 @@ class KillLoop:
             name = f"k9img{self.round}"
             return Pending(op, lambda: self.build_image(name), {"image": name})
         raise ValueError(op)
+
+    @staticmethod
+    def forked(result: Any, sid: Optional[str] = None) -> Tuple[str, List[str], List[str]]:
+        return sid or result.snapshot_id, [s.id for s in result], [str(e.error) for e in result.errors]
 
     def take(self, kind: str) -> str:
         """An un-killed checkpoint of the source; recorded as complete."""
@@ -214,6 +228,7 @@ class KillLoop:
         t.join(60)
         problems: List[str] = [] if not t.is_alive() else [f"the {op} call did not return after the kill"]
         log_from = self.d.log.stat().st_size
+        again = self.kill_while_recovering() if self.rng.random() < RECOVERY_KILLS else ""
         self.d = new_daemon(root=self.d.root)
         try:
             self.after(p, problems)
@@ -223,8 +238,19 @@ class KillLoop:
         problems += self.recovery_errors(log_from)
         when = "after it completed" if was_done else f"{delay * 1000:.0f} ms in"
         outcome = "completed" if p.error is None else f"interrupted ({type(p.error).__name__})"
-        detail = f"round {self.round}, seed {SEED}: killed {when}; the call {outcome}; " + "; ".join(problems)
+        detail = f"round {self.round}, seed {SEED}: killed {when}{again}; the call {outcome}; " + "; ".join(problems)
         self.faults.injected(f"kill -9 during {op}", not problems, detail)
+
+    def kill_while_recovering(self) -> str:
+        """Starts the daemon and kills it again after a random part of its recovery."""
+        binary = daemon_binary()
+        assert binary is not None
+        d = start_daemon(binary, root=self.d.root)
+        delay = self.rng.uniform(0.0, 0.4)
+        time.sleep(delay)
+        d.process.kill()
+        d.process.wait()
+        return f", and again {delay * 1000:.0f} ms into the restart"
 
     def recovery_errors(self, offset: int) -> List[str]:
         """Errors the restarted daemon logged while recovering (before it served)."""
@@ -242,19 +268,27 @@ class KillLoop:
         if p.op.startswith("checkpoint") and ok:
             self.expect[p.result] = p.context["expect"]
             self.complete.add(p.result)
+        if p.op == "fork" and ok and "expect" in p.context:
+            self.expect[p.result[0]] = p.context["expect"]
+            self.complete.add(p.result[0])
         if p.op == "snapshot delete" and ok:
             self.complete.discard(p.context["snapshot"])
         if p.op == "fork" and ok:
             self.check_children(p, problems)
         if p.op == "image build":
             self.check_image(p, ok, problems)
+        if p.op == "terminate" and ok:
+            state = status(Sandbox.connect(p.context["sandbox"], client=self.c).info())
+            problems += [] if state == "terminated" else [f"a terminated sandbox is {state}"]
         if p.op == "resume" and ok:
             problem = self.shows(self.sus, *self.holders[self.sus.id])
             problems += [problem] if problem else []
 
     def check_children(self, p: Pending, problems: List[str]) -> None:
-        exp = self.expect[p.context["snapshot"]]
-        for cid in p.result:
+        sid, children, errors = p.result
+        problems += [f"fork child failed: {e}" for e in errors]
+        exp = self.expect[sid]
+        for cid in children:
             problem = self.shows(Sandbox.connect(cid, client=self.c), exp.mark, exp.value)
             problems += [f"fork child: {problem}"] if problem else []
             Sandbox.connect(cid, client=self.c).terminate()
@@ -296,7 +330,7 @@ class KillLoop:
             missing.remove(p.context["snapshot"])
         problems += [f"snapshot {s} was reported complete but is not listed" for s in missing]
         for sid, snap in listed.items():
-            if sid not in self.expect and p.op.startswith("checkpoint"):
+            if sid not in self.expect and "expect" in p.context:
                 exp = p.context["expect"]
                 if snap.source_sandbox_id == exp.source and str(getattr(snap.type, "value", snap.type)) == exp.kind:
                     self.expect[sid] = exp  # completed as the daemon died; must be whole
@@ -401,7 +435,7 @@ class KillLoop:
 
 @pytest.mark.fault("daemon killed")
 def test_daemon_killed_during_every_operation(faults: Faults) -> None:
-    """The daemon killed with SIGKILL during create, exec, checkpoints, fork, suspend, resume, snapshot delete and image build (seeded)."""
+    """The daemon killed with SIGKILL during create, exec, checkpoints, fork, suspend, resume, snapshot delete, image build and terminate (seeded)."""
     d = new_daemon()
     loop: Optional[KillLoop] = None
     try:
