@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -17,7 +18,7 @@ from typing import Dict, List, Sequence
 import pytest
 from conftest import census, finish, new_daemon, processes_under
 
-from sandfork import Client, Sandbox
+from sandfork import Client, Sandbox, Snapshot
 
 FAULT = "sandbox parts killed"
 DETECT_WITHIN = 10.0
@@ -232,3 +233,40 @@ def test_no_false_alarm_on_deliberate_pauses(daemon, faults) -> None:
         s.terminate()
     for snap in snaps:
         snap.delete()
+
+
+@pytest.mark.fault(FAULT)
+def test_agent_killed_under_an_exec_and_a_checkpoint(daemon, faults) -> None:
+    """The agent killed while a command streams and while a checkpoint is under way: the command ends with an error at once, the checkpoint fails cleanly, the sandbox is failed with the reason and removed."""
+    c = client_of(daemon)
+    for during in ("exec", "checkpoint"):
+        sb = Sandbox.create(client=c)
+        outcome: dict = {}
+
+        def work() -> None:
+            started = time.monotonic()
+            try:
+                if during == "exec":
+                    outcome["result"] = sb.run("sh", ["-c", "echo started; sleep 60"])
+                else:
+                    outcome["result"] = sb.checkpoint(checkpoint_type="memory")
+            except Exception as e:  # noqa: BLE001 - any error is the expected outcome here
+                outcome["error"] = f"{type(e).__name__}: {e}"
+            outcome["took"] = time.monotonic() - started
+
+        pid = init_pid(daemon, sb.id)
+        worker = threading.Thread(target=work)
+        worker.start()
+        time.sleep(0.3 if during == "exec" else 0.05)
+        os.kill(pid, signal.SIGKILL)
+        worker.join(30)
+        ended = not worker.is_alive() and ("error" in outcome or getattr(outcome.get("result"), "exit_code", 0) != 0)
+        faults.injected(f"agent killed during {during}: the request ends", ended, str(outcome)[:300])
+        doc, took = wait_failed(daemon, sb.id)
+        ok = doc["state"] == "failed" and "agent" in (doc.get("error") or "")
+        faults.injected(f"agent killed during {during}: failed with the reason", ok, f"{doc['state']} after {took:.1f}s: {doc.get('error')}")
+        left, _ = wait_clean(daemon, sb.id, live=[])
+        faults.injected(f"agent killed during {during}: cleaned up", not left, f"{left}")
+        snaps = [x.id for x in Snapshot.list(client=c)]
+        faults.injected(f"agent killed during {during}: no snapshot", not snaps, f"{snaps}")
+        sb.terminate()
