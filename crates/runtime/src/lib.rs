@@ -27,6 +27,7 @@ use async_trait::async_trait;
 
 pub use checkpoint::{CheckpointInfo, CheckpointKind, RestoreOptions, SnapshotSource};
 pub use container::{ContainerRuntime, RuntimeConfig};
+pub use disk::fuse::FlushMode;
 pub use error::{Error, Result};
 pub use host::Usage;
 pub use liveness::Liveness;

@@ -56,6 +56,9 @@ pub struct Config {
     /// Cap on each of stdout and stderr collected by a non-streaming exec, in bytes of the
     /// JSON answer (escapes and base64 included).
     pub max_exec_output_bytes: usize,
+    /// What a flush inside a sandbox waits for: `writeback` (the host syncs at checkpoints,
+    /// suspend and stop) or `durable` (every flush is a host fsync). docs/disk-path.md.
+    pub disk_flush: runtime::FlushMode,
 }
 
 impl Default for Config {
@@ -73,6 +76,7 @@ impl Default for Config {
             max_json_bytes: 1 << 20,
             max_upload_bytes: 4 << 30,
             max_exec_output_bytes: 64 << 20,
+            disk_flush: runtime::FlushMode::default(),
         }
     }
 }
@@ -156,6 +160,15 @@ mod tests {
         assert_eq!(c.max_sandboxes, 3);
         assert_eq!(c.max_memory_mb, Config::default().max_memory_mb);
         assert_eq!(c.socket_path(), PathBuf::from("/tmp/x/sandfork.sock"));
+    }
+
+    #[test]
+    fn disk_flush_is_writeback_unless_asked() {
+        assert_eq!(Config::default().disk_flush, runtime::FlushMode::Writeback);
+        let c = Config::from_toml("disk_flush = \"durable\"").unwrap();
+        assert_eq!(c.disk_flush, runtime::FlushMode::Durable);
+        let err = Config::from_toml("disk_flush = \"sometimes\"").unwrap_err();
+        assert!(err.to_string().contains("sometimes"), "{err}");
     }
 
     #[test]

@@ -30,7 +30,8 @@ const FALLOC_FL_PUNCH_HOLE: u32 = 0x02;
 const FALLOC_FL_ZERO_RANGE: u32 = 0x10;
 
 /// What a flush (fsync) from the disk's user waits for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FlushMode {
     /// Flushed writes survive a crash of the disk server but not of the host: the host
     /// syncs at seal, checkpoint, suspend and shutdown. A sandbox's running state dies

@@ -41,7 +41,7 @@ impl RuncBackend {
     /// The runtime for `config.data_dir` on the real host.
     pub fn open(config: &Config) -> Result<Arc<dyn Backend>, BackendError> {
         let data = config.data_dir.clone();
-        let disks = Disks::open(data.join("store")).map_err(host_err)?;
+        let disks = Disks::open_with(data.join("store"), config.disk_flush).map_err(host_err)?;
         let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
         let mut rc = RuntimeConfig::new(&data).map_err(host_err)?;
         rc.ready_timeout = Duration::from_secs(30);

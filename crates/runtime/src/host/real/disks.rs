@@ -26,9 +26,21 @@ fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 impl Disks {
     /// Opens (or creates) the block store at `store_path`.
     pub fn open(store_path: impl Into<PathBuf>) -> Result<Disks> {
+        Disks::open_with(store_path, disk::fuse::FlushMode::default())
+    }
+
+    /// Opens (or creates) the block store at `store_path`; flushes inside the disks it
+    /// mounts wait for `flush`.
+    pub fn open_with(
+        store_path: impl Into<PathBuf>,
+        flush: disk::fuse::FlushMode,
+    ) -> Result<Disks> {
+        let options = MountOptions {
+            flush,
+            ..MountOptions::default()
+        };
         let store_path = store_path.into();
         let store = Store::open(&store_path).map_err(disk_err)?;
-        let options = MountOptions::default();
         Ok(Disks {
             store,
             store_path,
