@@ -19,6 +19,22 @@ fn store_err(e: blockstore::Error) -> BackendError {
     }
 }
 
+/// A memory dump fails when the sandbox's agent still holds a connection from the host (a
+/// running exec, a process wait, an output stream): CRIU cannot dump a Unix socket whose
+/// peer is outside. That is the caller's timing, not a daemon failure.
+fn checkpoint_err(id: &str, e: BackendError) -> BackendError {
+    match e {
+        BackendError::Host(m) if m.contains("unix: Unix socket") && m.contains("not found") => {
+            tracing::info!(sandbox = %id, error = %m, "memory checkpoint refused: agent connection open");
+            BackendError::Conflict(format!(
+                "Sandbox {id} has a request in progress (exec, process wait or output \
+                 stream); a memory checkpoint needs it to end first"
+            ))
+        }
+        other => other,
+    }
+}
+
 fn layer_id(layer: &str) -> BackendResult<blockstore::LayerId> {
     layer
         .parse()
@@ -40,7 +56,7 @@ impl RuncBackend {
             .runtime
             .checkpoint(id, kind, memory_dir)
             .await
-            .map_err(host_err)?;
+            .map_err(|e| checkpoint_err(id, host_err(e)))?;
         tracing::info!(sandbox = %id, ?kind, times = ?info.times, "checkpoint");
         Ok(Checkpointed {
             layer_id: info.layer,
@@ -131,4 +147,19 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| BackendError::Host(format!("Block store task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_agent_connection_is_a_conflict() {
+        let criu = "Command runc checkpoint failed: CRIU: (00.051508) Error \
+                    (criu/sk-unix.c:351): unix: Unix socket 4215285 not found";
+        let e = checkpoint_err("sb-1", BackendError::Host(criu.into()));
+        assert!(matches!(e, BackendError::Conflict(m) if m.contains("in progress")));
+        let other = checkpoint_err("sb-1", BackendError::Host("disk gone".into()));
+        assert!(matches!(other, BackendError::Host(_)));
+    }
 }
