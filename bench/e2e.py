@@ -20,25 +20,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import demo  # noqa: E402  (the main job's fork and naive patterns)
 from sandfork import Sandbox  # noqa: E402
 
-SQLITE = r"""
-import os, sqlite3, sys, time
-path = os.path.join(sys.argv[1], "bench.db")
-for suffix in ("", "-wal", "-journal"):
-    if os.path.exists(path + suffix):
-        os.remove(path + suffix)
-t = time.perf_counter()
-db = sqlite3.connect(path)
-db.execute("create table t (id integer primary key, k integer, v text)")
-for b in range(100):
-    with db:
-        db.executemany("insert into t (k, v) values (?, ?)",
-                       ((i * 7919 % 100003, "x" * 64) for i in range(b * 1000, (b + 1) * 1000)))
-db.execute("create index tk on t (k)")
-for q in range(2000):
-    db.execute("select count(*), max(v) from t where k between ? and ?", (q * 50, q * 50 + 500)).fetchone()
-db.close()
-print(time.perf_counter() - t)
-"""
+# Run inside sandboxes with `python3 -c`, so read as text.
+SQLITE = open(os.path.join(os.path.dirname(__file__), "sqlite_workload.py")).read()
 
 
 def emit(name, value, unit, baseline=None, baseline_name=None, target=None, p99=None):
