@@ -102,7 +102,8 @@ pub fn checkpoint(
         (CheckpointKind::Memory, Some(dir)) => {
             std::fs::create_dir_all(dir).at(dir)?;
             let dir = dir.canonicalize().at(dir)?;
-            let r = checkpoint_memory(ctx, &record, &dir);
+            let r = ensure_room(ctx, &record, &dir)
+                .and_then(|()| checkpoint_memory(ctx, &record, &dir));
             if r.is_err() {
                 let _ = std::fs::remove_dir_all(&dir);
             }
@@ -110,6 +111,31 @@ pub fn checkpoint(
         }
         (CheckpointKind::Memory, None) => Err(fail("a memory checkpoint needs an image directory")),
     }
+}
+
+/// Free space a memory checkpoint leaves on the disk of its images, beyond their size.
+const ROOM_FLOOR: u64 = 32 << 20;
+
+/// Refuses a memory checkpoint the images' disk cannot hold: a dump that fills the disk
+/// fails anyway, and meanwhile every sandbox's writeback finds the host disk full. The
+/// images are estimated by the sandbox's memory use (an upper bound: it counts page
+/// cache, which CRIU does not dump).
+fn ensure_room(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<()> {
+    let need = ctx
+        .host
+        .cgroup_usage(&record.names.cgroup)
+        .map_or(0, |u| u.memory_bytes);
+    let Ok(free) = crate::space::free_bytes(dir) else {
+        return Ok(());
+    };
+    if free >= need.saturating_add(ROOM_FLOOR) {
+        return Ok(());
+    }
+    Err(fail(format!(
+        "No space left on device for the memory images: about {} MiB needed, {} MiB free",
+        (need + ROOM_FLOOR) >> 20,
+        free >> 20
+    )))
 }
 
 /// Whether the sandbox's container is paused (a checkpoint in progress, or one whose

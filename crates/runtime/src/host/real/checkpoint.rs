@@ -156,3 +156,40 @@ impl CheckpointHost for RealHost {
         Ok(info.bytes_on_disk)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dump_is_blamed_on_a_full_disk_when_its_log_or_the_disk_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(out_of_space(
+            dir.path(),
+            "tar: -: Wrote only 4096 of 10240 bytes"
+        ));
+        assert!(out_of_space(dir.path(), "write: No space left on device"));
+        assert!(!out_of_space(
+            dir.path(),
+            "Error (criu/cr-dump.c:1975): Dumping FAILED."
+        ));
+    }
+
+    #[test]
+    fn the_error_gains_the_plain_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("dump.log");
+        std::fs::write(
+            &log,
+            "(00.1) Error (criu/util.c:657): exited, status=2\nWrote only 1 of 2 bytes\n",
+        )
+        .unwrap();
+        let e = Error::Command {
+            command: "runc checkpoint".into(),
+            detail: "exit status: 1".into(),
+        };
+        let msg = with_criu_log(e, &log, dir.path()).to_string();
+        assert!(msg.contains("exited, status=2"), "{msg}");
+        assert!(msg.contains("No space left on device"), "{msg}");
+    }
+}
