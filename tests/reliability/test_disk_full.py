@@ -163,8 +163,9 @@ def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
     os.sync()
     before = fs.used()
     # Full to the last block (the state database refuses first), then with a few MiB
-    # left (the database works; CRIU's dump runs out). A filesystem checkpoint writes
-    # next to nothing (a seal), so only the full disk fails it.
+    # left (the database works; the memory images would not fit, which is refused before
+    # the sandbox is paused). A filesystem checkpoint writes next to nothing (a seal), so
+    # only the full disk fails it.
     for kind, leave in (("memory", 0), ("filesystem", 0), ("memory", 4 * MIB)):
         fs.unfill()
         fs.fill(leave=leave)
