@@ -37,17 +37,17 @@ def emit(name, value, unit, baseline=None, baseline_name=None, target=None, p99=
 
 
 def sqlite(image, runs):
+    """Runs inside a sandbox and on the host alternate, so a change of load hits both."""
     inside, host = [], []
-    with Sandbox.create(image=image, cpus=2, memory_mb=1024) as sb:
+    # The image's interpreter is Debian's python3; the host's, when present, is the fair match.
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    with Sandbox.create(image=image, cpus=2, memory_mb=1024) as sb, \
+            tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         for _ in range(runs):
             r = sb.run("python3", ["-c", SQLITE, "/root"])
             if r.exit_code != 0:
                 raise RuntimeError(f"sqlite inside failed: {r.stderr}")
             inside.append(float(r.stdout))
-    # The image's interpreter is Debian's python3; the host's, when present, is the fair match.
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
-        for _ in range(runs):
             out = subprocess.run([python, "-c", SQLITE, d], check=True,
                                  capture_output=True, text=True).stdout
             host.append(float(out))
