@@ -61,12 +61,13 @@ def main():
     ap.add_argument("--image", default="python")
     ap.add_argument("--quick", action="store_true", help="8 workers only, fewer runs")
     ap.add_argument("--rounds", type=int, default=3, help="extra setup rounds (setup weight)")
+    ap.add_argument("--sqlite-only", action="store_true", help="only the SQLite figure")
     args = ap.parse_args()
     # Progress of the patterns goes to stderr; stdout carries only the JSON lines.
     real_stdout, sys.stdout = sys.stdout, sys.stderr
     try:
         rows = []
-        for n in ([8] if args.quick else [8, 32]):
+        for n in ([] if args.sqlite_only else [8] if args.quick else [8, 32]):
             t = time.monotonic()
             demo.fork_pattern(args.image, n, args.rounds)
             fork = time.monotonic() - t
