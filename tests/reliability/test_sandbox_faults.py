@@ -71,7 +71,7 @@ def leftovers_of(d, sid: str, live: Sequence[str]) -> List[str]:
         everything = census(d, live=live)
     except OSError as e:  # e.g. EIO walking a dead FUSE-backed mount not yet removed
         return [f"census failed: {e}"]
-    found = [x for x in everything if not any(f"/{lid}/" in x or x.startswith(f"{lid} ") or lid in x for lid in live)]
+    found = [x for x in everything if not any(lid in x for lid in live)]
     found += [f"process {pid}: {cmd}" for pid, cmd in processes_under(d.data_dir / "sandboxes" / sid)]
     return found
 
