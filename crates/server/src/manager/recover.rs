@@ -41,6 +41,9 @@ impl Manager {
             let reason = dead.remove(&row.view.id);
             self.recover_one(row, reason).await?;
         }
+        if let Err(e) = self.drop_stale_suspend_states().await {
+            tracing::error!(error = %e.message(), "dropping stale suspended states failed");
+        }
         // After the sandboxes: an interrupted checkpoint's files are complete by then.
         if let Err(e) = self.recover_snapshots().await {
             tracing::error!(error = %e.message(), "snapshot recovery failed");

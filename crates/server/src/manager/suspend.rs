@@ -126,6 +126,21 @@ impl Manager {
         self.set_state(entry, State::Failed, Some(msg)).await
     }
 
+    /// Drops suspended states no suspended sandbox owns: a resume that finished as the
+    /// daemon died, before it dropped the state, leaves the memory images and the pinned
+    /// layers of a sandbox that runs again.
+    pub(super) async fn drop_stale_suspend_states(&self) -> Result<()> {
+        for rec in self.store.snapshots().await? {
+            let owner = rec.view.source_sandbox_id.clone().unwrap_or_default();
+            let state = self.registry().entries.get(&owner).map(|e| e.state());
+            if rec.internal && state != Some(State::Suspended) {
+                tracing::info!(sandbox = %owner, snapshot = %rec.view.id, "dropping a stale suspended state");
+                self.remove_snapshot(&rec).await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Drops the suspended state of a terminated sandbox and frees the disk layers
     /// nothing uses any more.
     pub(super) async fn drop_suspended_state(&self, id: &str) {

@@ -617,3 +617,46 @@ async fn a_sandbox_dead_while_the_daemon_was_down_is_failed_at_recovery() {
     );
     assert!(fake.destroyed.lock().unwrap().contains(&sb.id));
 }
+
+#[tokio::test]
+async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
+    use crate::snapshots::{Snapshot, SnapshotRecord, SnapshotType};
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let sb = manager(&s, fake.clone())
+        .await
+        .create(req(64))
+        .await
+        .unwrap();
+    let store = Store::open(&s.db).unwrap();
+    let row = store.sandboxes().await.unwrap().remove(0);
+    let snap_id = super::suspend::suspend_snapshot_id(&sb.id);
+    let dir = s.config.data_dir.join("snapshots").join(&snap_id);
+    std::fs::create_dir_all(dir.join("memory")).unwrap();
+    let rec = SnapshotRecord {
+        view: Snapshot {
+            id: snap_id.clone(),
+            kind: SnapshotType::Memory,
+            name: None,
+            source_sandbox_id: Some(sb.id.clone()),
+            image: row.view.image.clone(),
+            size_bytes: 1,
+            created_at: super::now_rfc3339(),
+            cpus: row.boot.cpus,
+            memory_mb: row.boot.memory_mb,
+            disk_mb: row.boot.disk_mb,
+            labels: Default::default(),
+        },
+        layer_id: "layer-s".into(),
+        memory_dir: Some(dir.join("memory")),
+        boot: row.boot.clone(),
+        hooks: Vec::new(),
+        internal: true,
+    };
+    store.put_snapshot(rec).await.unwrap();
+    // The resume had recorded `running` when the daemon died.
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    assert_eq!(m.get(&sb.id).unwrap().state, State::Running);
+    assert!(store.snapshot(snap_id).await.unwrap().is_none());
+    assert!(!dir.exists());
+}
