@@ -34,6 +34,12 @@ PROMISES = OrderedDict(
 
 FIXED = [
     (
+        "tests/security/test_resources.py::test_sysv_shm_cannot_outlive_its_processes",
+        "System V shared memory segments outlived the processes that made them; a static program filling a few "
+        "of them in a 64 MiB sandbox OOM-killed its agent. Sandboxes now run with `kernel.shm_rmid_forced = 1` "
+        "in their IPC namespace (crates/runtime/src/oci.rs), so a segment goes with its last process.",
+    ),
+    (
         "tests/security/test_resources.py::test_output_flood",
         "a non-streamed exec printing NUL bytes took ~0.9 GiB of daemon memory (the 64 MiB cap per stream "
         "counted raw bytes; the JSON answer, built whole, escapes each control byte into six). The cap now counts "
@@ -49,13 +55,11 @@ FIXED = [
 ]
 
 RESIDUAL = """\
-- Memory that outlives the processes holding it can still be made to crowd out the agent by
-  code that brings its own binary: System V shared memory segments (`shmget`; the IPC
-  namespace keeps them inside the sandbox, but nothing removes them when their creator is
-  killed). Filling it OOM-kills the agent of that sandbox only; the daemon then reports
-  503s for it while its state stays `running`. Fix candidates: `oom_score_adj = -1000` for
-  the agent with its children reset to 0, `kernel.shm_rmid_forced = 1` in the sandbox's IPC
-  namespace, and the daemon marking a sandbox `failed` when its agent is gone.
+- If the agent dies anyway (killed by the OOM killer when the sandbox's own processes hold
+  the memory, say), the daemon's liveness watch marks the sandbox `failed` with the reason
+  within about a second and removes it; neighbours are unaffected
+  (tests/reliability/test_sandbox_faults.py). Shielding the agent from the OOM killer
+  (`oom_score_adj = -1000`) needs CAP_SYS_RESOURCE on the host, which these hosts lack.
 - The cgroup v1 layout runc mounts leaves the tmpfs *above* the controller directories
   (/sys/fs/cgroup itself) writable; it holds nothing the host reads, and the controller
   directories below it are read-only (tested).

@@ -178,3 +178,54 @@ def test_exec_storm(attempts, sandbox, daemon) -> None:
     attempts.refused("200 simultaneous execs", not bad, f"{len(bad)} bad: {bad[:5]}; ok={results.count('ok')}")
     ok = sh(sandbox, "echo alive")
     attempts.refused("the sandbox answers afterwards", ok.stdout.strip() == "alive", out_of(ok))
+
+
+SHM_FILL_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+/* Creates a System V segment of argv[1] MiB, touches every page, detaches and exits
+   without removing it. */
+int main(int argc, char **argv) {
+    size_t size = (size_t)atoi(argv[1]) << 20;
+    int id = shmget(IPC_PRIVATE, size, IPC_CREAT | 0600);
+    if (id < 0) { perror("shmget"); return 2; }
+    char *p = shmat(id, NULL, 0);
+    if (p == (void *)-1) { perror("shmat"); return 3; }
+    memset(p, 1, size);
+    shmdt(p);
+    printf("left segment %d\n", id);
+    return 0;
+}
+"""
+
+
+@pytest.mark.promise("resources")
+def test_sysv_shm_cannot_outlive_its_processes(attempts, daemon, tmp_path) -> None:
+    """System V segments left behind by exited processes are removed; their memory cannot crowd out the agent."""
+    from sandfork import Sandbox, SandforkError
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the static test program")
+    src, exe = tmp_path / "shmfill.c", tmp_path / "shmfill"
+    src.write_text(SHM_FILL_C)
+    subprocess.run(["gcc", "-static", "-O1", "-o", str(exe), str(src)], check=True)
+    with Sandbox.create(memory_mb=64) as sb:
+        sb.write_file("/root/shmfill", exe.read_bytes())
+        sh(sb, "chmod +x /root/shmfill")
+        # Four segments of 40 MiB would need 160 MiB if they outlived their creators.
+        for i in range(4):
+            try:
+                r = out_of(sh(sb, "/root/shmfill 40; echo rc=$?", timeout=60))
+                alive = sh(sb, "echo alive", timeout=60).stdout.strip() == "alive"
+            except SandforkError as e:
+                r, alive = repr(e), False
+            attempts.refused(f"leave segment {i + 1} of 40 MiB behind in a 64 MiB sandbox", alive, r)
+            if not alive:
+                return
+        left = sh(sb, "cat /proc/sysvipc/shm | tail -n +2 | wc -l").stdout.strip()
+        attempts.refused("segments outlive their creators", left == "0", f"{left} segments left")
+        status = sb.status
+        attempts.refused("the sandbox stays running", str(getattr(status, "value", status)) == "running", str(status))

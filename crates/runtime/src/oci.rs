@@ -140,7 +140,15 @@ pub struct Linux {
     pub masked_paths: Vec<String>,
     pub readonly_paths: Vec<String>,
     pub seccomp: Seccomp,
+    /// Sysctls of the sandbox's own namespaces (see [`SYSCTLS`]).
+    pub sysctl: std::collections::BTreeMap<String, String>,
 }
+
+/// Sysctls set in the sandbox's own IPC namespace. `kernel.shm_rmid_forced`: a System V
+/// shared memory segment goes away with the last process attached to it, so memory
+/// charged to the sandbox cannot outlive the processes that hold it and crowd out the
+/// agent (pid 1) under the memory limit.
+pub const SYSCTLS: &[(&str, &str)] = &[("kernel.shm_rmid_forced", "1")];
 
 #[derive(Debug, Serialize)]
 pub struct Namespace {
@@ -216,6 +224,10 @@ pub fn config(spec: &SandboxSpec, host: &HostPaths<'_>) -> Config {
             masked_paths: MASKED_PATHS.iter().map(|s| s.to_string()).collect(),
             readonly_paths: READONLY_PATHS.iter().map(|s| s.to_string()).collect(),
             seccomp: seccomp::profile(),
+            sysctl: SYSCTLS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         },
         annotations: [(
             "org.criu.config".to_string(),
@@ -430,6 +442,11 @@ mod tests {
             nofile: 20000,
         };
         to_value(&config(&spec(), &host))
+    }
+
+    #[test]
+    fn shared_memory_cannot_outlive_its_processes() {
+        assert_eq!(generated()["linux"]["sysctl"]["kernel.shm_rmid_forced"], "1");
     }
 
     #[test]
