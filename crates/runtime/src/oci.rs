@@ -446,7 +446,10 @@ mod tests {
 
     #[test]
     fn shared_memory_cannot_outlive_its_processes() {
-        assert_eq!(generated()["linux"]["sysctl"]["kernel.shm_rmid_forced"], "1");
+        assert_eq!(
+            generated()["linux"]["sysctl"]["kernel.shm_rmid_forced"],
+            "1"
+        );
     }
 
     #[test]
