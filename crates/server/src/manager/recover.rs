@@ -84,6 +84,7 @@ impl Manager {
                 self.store.put_sandbox(entry.row()).await?;
                 self.readopt(&entry).await
             }
+            State::Terminating => self.finish_terminate(&entry).await,
             s if s.is_transitional() => {
                 let _ = self.backend.destroy(&id).await;
                 let msg = format!("Interrupted while {s} by a daemon restart");
@@ -91,6 +92,23 @@ impl Manager {
                 self.set_state(&entry, State::Failed, Some(msg)).await
             }
             _ => Ok(()),
+        }
+    }
+
+    /// A terminate cut short by the restart is finished: the sandbox was to go.
+    async fn finish_terminate(&self, entry: &Arc<Entry>) -> Result<()> {
+        let id = entry.view().id;
+        match self.backend.destroy(&id).await {
+            Ok(()) => {
+                self.set_state(entry, State::Terminated, None).await?;
+                self.drop_suspended_state(&id).await;
+                tracing::info!(sandbox = %id, "interrupted terminate finished");
+                Ok(())
+            }
+            Err(e) => {
+                let msg = format!("Terminate failed: {e}");
+                self.set_state(entry, State::Failed, Some(msg)).await
+            }
         }
     }
 

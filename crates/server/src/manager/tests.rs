@@ -660,3 +660,23 @@ async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
     assert!(store.snapshot(snap_id).await.unwrap().is_none());
     assert!(!dir.exists());
 }
+
+#[tokio::test]
+async fn restart_finishes_an_interrupted_terminate() {
+    let s = setup(10, 10_000);
+    let sb = manager(&s, Arc::new(Fake::default()))
+        .await
+        .create(req(64))
+        .await
+        .unwrap();
+    let store = Store::open(&s.db).unwrap();
+    let mut row = store.sandboxes().await.unwrap().remove(0);
+    row.view.state = State::Terminating;
+    store.put_sandbox(row).await.unwrap();
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let v = m.get(&sb.id).unwrap();
+    assert_eq!(v.state, State::Terminated);
+    assert_eq!(v.error, None);
+    assert!(fake.destroyed.lock().unwrap().contains(&sb.id));
+}
