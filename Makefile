@@ -9,7 +9,7 @@ STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+cr
 
 export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
 
-.PHONY: setup build build-release demo test test-rust test-python lint bench bench-blockstore bench-sandbox bench-fork
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork
 
 setup:
 	@scripts/setup
@@ -25,13 +25,19 @@ build-release: setup
 demo: build-release
 	@scripts/demo
 
-test: build test-rust test-python
+test: build test-rust test-python fuzz
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
 test-python:
 	$(PYTHON) -m pytest -q sdk/python/tests $(wildcard tests/security) $(wildcard tests/reliability)
+	$(PYTHON) -m pytest -q tests/api
+
+# Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/security.md).
+FUZZ_TIME ?= 20
+fuzz: setup
+	@scripts/fuzz --time $(FUZZ_TIME)
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,75 @@
+"""Fixtures of the API fuzzing suite: one real daemon with its own data dir, reachable
+over loopback TCP with a bearer token (so an HTTP fuzzer can talk to it), and a live
+sandbox, a background process and a snapshot whose ids the fuzzer may use.
+
+Admission limits are small so that generated create and fork requests cannot start more
+than a handful of sandboxes. After the session every sandbox is terminated and the
+fixture asserts that nothing leaked (containers, mounts, loop devices).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests")]
+
+from _daemon import Daemon, clean_up_after, terminate_leftovers, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy  # noqa: E402
+
+MAX_SANDBOXES = 4
+MAX_MEMORY_MB = 1024
+MAX_UPLOAD_BYTES = 4 << 20
+
+
+@dataclass
+class ApiDaemon:
+    daemon: Daemon
+    base_url: str
+    token: str
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def api_daemon() -> Iterator[ApiDaemon]:
+    binary = daemon_binary()
+    if binary is None or not implements_serve(binary, "--listen", "--token-file"):
+        pytest.skip("the sandfork daemon is not built (make build)")
+    root = Path(tempfile.mkdtemp(prefix="sfapi-"))
+    token = secrets.token_hex(16)
+    (root / "token").write_text(token)
+    (root / "token").chmod(0o600)
+    (root / "config.toml").write_text(f"max_upload_bytes = {MAX_UPLOAD_BYTES}\n")
+    port = free_port()
+    args = [
+        "--config", str(root / "config.toml"), "--listen", f"127.0.0.1:{port}",
+        "--token-file", str(root / "token"), "--max-sandboxes", str(MAX_SANDBOXES),
+        "--max-memory-mb", str(MAX_MEMORY_MB),
+    ]  # fmt: skip
+    d = start_daemon(binary, args, root=root)
+    try:
+        wait_healthy(d)
+        yield ApiDaemon(d, f"http://127.0.0.1:{port}", token)
+    finally:
+        # The fuzzer creates and forks sandboxes on purpose: end them, then look for leaks.
+        terminate_leftovers(d)
+        problems = clean_up_after(d)
+        if not leaks_of(d) and not os.environ.get("SANDFORK_TEST_KEEP"):
+            shutil.rmtree(d.root, ignore_errors=True)
+        else:
+            print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
+        assert not problems, "after the API fuzzing, the daemon left behind:\n" + "\n".join(problems)
