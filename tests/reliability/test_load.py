@@ -1,9 +1,11 @@
 """Load: waves of 100 sandboxes created, exec'd and destroyed by 32 client threads, for a
 bounded time, while the daemon's memory is sampled.
 
-Each wave creates 100 sandboxes (all alive at once), runs a command in each that echoes a
-token unique to it and writes and reads back a file, uploads and downloads a file of its
-own through the file API, and destroys them all. Admission refusals (429) are
+Each wave creates 100 sandboxes, runs a command in each that echoes a token unique to it
+and writes and reads back a file, uploads and downloads a file of its own through the file
+API, and destroys them all. Waves alternate between all 100 alive at once (created, then
+checked, then destroyed) and each thread taking one sandbox through its whole life, so
+that creates, execs and destroys interleave. Admission refusals (429) are
 back-pressure and retried; any other error, or a wrong answer, fails the test.
 
 The daemon's VmRSS is sampled throughout: after the first wave (warm-up), the maximum of
@@ -47,11 +49,20 @@ class Tally:
     destroyed: int = 0
     refused: int = 0
     errors: List[str] = field(default_factory=list)
+    create_ms: List[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, what: str, n: int = 1) -> None:
         with self.lock:
             setattr(self, what, getattr(self, what) + n)
+
+    def created_in(self, secs: float) -> None:
+        with self.lock:
+            self.create_ms.append(secs * 1000)
+
+    def create_percentiles(self) -> str:
+        ms = sorted(self.create_ms) or [0.0]
+        return f"create p50 {ms[len(ms) // 2]:.0f} ms, p99 {ms[min(len(ms) - 1, len(ms) * 99 // 100)]:.0f} ms"
 
     def error(self, text: str) -> None:
         with self.lock:
@@ -92,7 +103,9 @@ def create(c: Client, tally: Tally) -> Optional[Sandbox]:
     delay = 0.05
     while True:
         try:
+            t = time.monotonic()
             sb = Sandbox.create(client=c, memory_mb=MEMORY_MB, labels={"load": "1"})
+            tally.created_in(time.monotonic() - t)
             tally.add("created")
             return sb
         except CapacityError:
@@ -131,10 +144,22 @@ def destroy(sb: Sandbox, tally: Tally) -> None:
         tally.error(f"terminate {sb.id}: {e}")
 
 
-def wave(pool: ThreadPoolExecutor, c: Client, tally: Tally) -> None:
-    boxes = [sb for sb in pool.map(lambda _: create(c, tally), range(WAVE)) if sb is not None]
-    list(pool.map(lambda sb: check(sb, tally), boxes))
-    list(pool.map(lambda sb: destroy(sb, tally), boxes))
+def wave(pool: ThreadPoolExecutor, c: Client, tally: Tally, together: bool) -> None:
+    """100 sandboxes: all alive at once (``together``), or each created, checked and
+    destroyed by one thread, so that creates, execs and destroys interleave."""
+    if together:
+        boxes = [sb for sb in pool.map(lambda _: create(c, tally), range(WAVE)) if sb is not None]
+        list(pool.map(lambda sb: check(sb, tally), boxes))
+        list(pool.map(lambda sb: destroy(sb, tally), boxes))
+    else:
+        list(pool.map(lambda _: lifecycle(c, tally), range(WAVE)))
+
+
+def lifecycle(c: Client, tally: Tally) -> None:
+    sb = create(c, tally)
+    if sb is not None:
+        check(sb, tally)
+        destroy(sb, tally)
 
 
 def rss_verdict(samples: List[Tuple[float, int]], warm_until: float) -> Tuple[bool, str]:
@@ -152,7 +177,7 @@ def rss_verdict(samples: List[Tuple[float, int]], warm_until: float) -> Tuple[bo
 
 @pytest.mark.fault("load")
 def test_waves_of_sandboxes_from_many_threads(faults: Faults) -> None:
-    """Waves of 100 sandboxes created, exec'd (token echo, file write/read) and destroyed by 32 client threads; daemon memory flat."""
+    """Waves of 100 sandboxes created, exec'd (token echo, file write/read) and destroyed by 32 client threads, all at once or interleaved; daemon memory flat."""
     d: Daemon = new_daemon(config=CONFIG)
     try:
         c = Client(url=d.url)
@@ -162,11 +187,11 @@ def test_waves_of_sandboxes_from_many_threads(faults: Faults) -> None:
         started = time.monotonic()
         waves = 0
         with ThreadPoolExecutor(THREADS) as pool:
-            wave(pool, c, tally)
+            wave(pool, c, tally, together=True)
             waves += 1
             warm_until, fds_warm = time.monotonic(), sampler.fds()
             while time.monotonic() - started < LOAD_SECS and not tally.errors:
-                wave(pool, c, tally)
+                wave(pool, c, tally, together=waves % 2 == 0)
                 waves += 1
         elapsed = time.monotonic() - started
         sampler.stop.set()
@@ -177,7 +202,7 @@ def test_waves_of_sandboxes_from_many_threads(faults: Faults) -> None:
         ok = (not tally.errors and flat and not left and tally.created == tally.checked == tally.destroyed
               and fds_end <= fds_warm + FD_SLACK and d.process.poll() is None)  # fmt: skip
         detail = (f"{tally.created} created, {tally.checked} checked, {tally.destroyed} destroyed in {waves} waves of {WAVE}"
-                  f" over {elapsed:.0f} s ({tally.created / elapsed:.1f}/s); {tally.refused} admission refusals retried;"
+                  f" over {elapsed:.0f} s ({tally.created / elapsed:.1f}/s, {tally.create_percentiles()}); {tally.refused} admission refusals retried;"
                   f" {rss_text}; open fds {fds_warm} after warm-up, {fds_end} after; sandboxes left {len(left)};"
                   f" errors {len(tally.errors)}: {'; '.join(tally.errors[:5])}")  # fmt: skip
         print(f"\nload: {detail}")
