@@ -452,3 +452,115 @@ def test_daemon_killed_during_every_operation(faults: Faults) -> None:
               + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in loop.durations.items()))  # fmt: skip
     finally:
         finish(loop.d if loop else d)
+
+
+BURSTS = int(os.environ.get("SANDFORK_FAULT_BURSTS", "3"))
+BURST_THREADS = 16
+
+
+class Burst:
+    """Client threads taking sandboxes through create, exec, checkpoint and terminate until
+    the daemon is killed under them; what they saw complete is checked after the restart."""
+
+    def __init__(self, c: Client, seed: int):
+        self.c, self.seed = c, seed
+        self.lock = threading.Lock()
+        self.marks: Dict[str, str] = {}  # sandbox -> the mark it was last seen to hold
+        self.pending: Dict[str, str] = {}  # sandbox -> mark, while a checkpoint is in flight
+        self.expect: Dict[str, str] = {}  # snapshot -> mark
+        self.errors: List[Tuple[float, str]] = []
+
+    def worker(self, n: int) -> None:
+        rng = random.Random(self.seed * 100 + n)
+        while True:
+            try:
+                self.one_sandbox(rng)
+            except (SandforkError, OSError) as e:
+                with self.lock:
+                    self.errors.append((time.monotonic(), f"{type(e).__name__}: {e}"))
+                return  # the daemon is gone (or failed: judged by the time of the error)
+
+    def one_sandbox(self, rng: random.Random) -> None:
+        sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"burst": "1"})
+        mark = f"mark-{secrets.token_hex(6)}"
+        r = sb.run("sh", ["-c", f"echo {mark} > /root/mark && cat /root/mark"])
+        if r.stdout.strip() != mark:
+            raise AssertionError(f"{sb.id} answered {r.stdout!r}")
+        with self.lock:
+            self.marks[sb.id] = mark
+        if rng.random() < 0.5:
+            with self.lock:
+                self.pending[sb.id] = mark
+            snap = sb.checkpoint(rng.choice(["filesystem", "memory"]))
+            with self.lock:
+                self.expect[snap.id] = mark
+        sb.terminate()
+        with self.lock:
+            self.marks.pop(sb.id, None)
+
+
+def verify_burst(c: Client, burst: Burst, faults: Faults, problems: List[str]) -> None:
+    listed = {s.id: s for s in Snapshot.list(client=c)}
+    problems += [f"snapshot {s} was reported complete but is not listed" for s in sorted(set(burst.expect) - set(listed))]
+    for sid, snap in sorted(listed.items()):
+        mark = burst.expect.get(sid) or burst.pending.get(snap.source_sandbox_id or "")
+        if mark is None:
+            problems.append(f"snapshot {sid} appeared that no checkpoint made")
+            continue
+        try:
+            with Sandbox.create(client=c, snapshot_id=sid) as sb:
+                got = sb.run("cat", ["/root/mark"]).stdout.strip()
+            if got != mark:
+                problems.append(f"snapshot {sid} restores with {got!r}, expected {mark!r}")
+            else:
+                faults.verified_snapshot()
+        except SandforkError as e:
+            problems.append(f"snapshot {sid} does not restore: {e}")
+        Snapshot.delete_by_id(sid, client=c)
+    for info in Sandbox.list(client=c):
+        state, mark = status(info), burst.marks.get(info.id)
+        if state == "running":
+            got = Sandbox(info.id, client=c).run("cat", ["/root/mark"]).stdout.strip()
+            if mark is not None and got != mark:
+                problems.append(f"{info.id} holds {got!r}, expected {mark!r}")
+        elif state != "failed" or mark is not None:
+            problems.append(f"{info.id} is {state} after the restart: {info.error}")
+
+
+@pytest.mark.fault("daemon killed")
+def test_daemon_killed_under_load(faults: Faults) -> None:
+    """The daemon killed with SIGKILL while 16 client threads create, exec, checkpoint and terminate sandboxes."""
+    rng = random.Random(SEED)
+    d = new_daemon()
+    try:
+        for n in range(BURSTS):
+            c = Client(url=d.url)
+            burst = Burst(c, SEED + n)
+            threads = [threading.Thread(target=burst.worker, args=(i,), daemon=True) for i in range(BURST_THREADS)]
+            for t in threads:
+                t.start()
+            delay = rng.uniform(2.0, 6.0)
+            time.sleep(delay)
+            killed_at = time.monotonic()
+            d.process.kill()
+            d.process.wait()
+            for t in threads:
+                t.join(60)
+            problems = [f"before the kill: {e}" for t, e in burst.errors if t < killed_at]
+            d = new_daemon(root=d.root)
+            try:
+                verify_burst(c, burst, faults, problems)
+            except (SandforkError, OSError) as e:
+                problems.append(f"check failed: {e!r}")
+            live = [s.id for s in Sandbox.list(client=c) if status(s) == "running"]
+            problems += [f"leaked: {x}" for x in leaks_except(d, live)]
+            for sid in live:
+                Sandbox(sid, client=c).terminate()
+            problems += [f"leaked after terminate: {x}" for x in leaks_except(d, [])]
+            detail = (f"burst {n}, seed {SEED}: killed {delay:.1f} s in with {len(burst.marks)} sandboxes mid-life,"
+                      f" {len(burst.pending)} checkpoints started, {len(burst.expect)} complete; " + "; ".join(problems))  # fmt: skip
+            print(f"\n{detail}")
+            faults.injected(f"kill -9 under load ({BURST_THREADS} threads)", not problems, detail)
+        faults.leaks(census(d))
+    finally:
+        finish(d)
