@@ -57,7 +57,8 @@ pub struct CreateSandbox {
     pub cpus: Option<f64>,
     /// Memory limit in MiB (default 512).
     pub memory_mb: Option<u64>,
-    /// Root disk size in MiB (0 or absent: the image's).
+    /// Root disk size in MiB (0 or absent: the image's); at most 1 TiB.
+    #[schema(maximum = 1048576)]
     pub disk_mb: Option<u64>,
     /// Idle seconds before the sandbox is terminated (unnamed) or suspended (named); 0 = never.
     pub timeout_secs: Option<u64>,

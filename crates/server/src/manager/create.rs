@@ -94,6 +94,9 @@ pub(super) fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
     Ok(net)
 }
 
+/// Largest root disk: the block store's largest disk, 1 TiB.
+pub const MAX_DISK_MB: u64 = 1 << 20;
+
 /// Checks a create request on its own (no state needed).
 pub fn validate(req: &CreateSandbox) -> Result<()> {
     if req.image.is_some() && req.snapshot_id.is_some() {
@@ -114,6 +117,11 @@ pub fn validate(req: &CreateSandbox) -> Result<()> {
         return Err(Error::InvalidArgument(
             "memory_mb must be at least 16".into(),
         ));
+    }
+    if let Some(d) = req.disk_mb.filter(|&d| d > MAX_DISK_MB) {
+        return Err(Error::InvalidArgument(format!(
+            "disk_mb {d} is out of range (at most {MAX_DISK_MB}, 1 TiB)"
+        )));
     }
     check_env(&req.env)?;
     check_env(&req.secrets)?;
@@ -267,6 +275,10 @@ mod tests {
             },
             CreateSandbox {
                 memory_mb: Some(1),
+                ..Default::default()
+            },
+            CreateSandbox {
+                disk_mb: Some(1 << 50),
                 ..Default::default()
             },
             CreateSandbox {
