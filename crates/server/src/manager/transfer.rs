@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use super::Manager;
+use crate::api::types::CreateSandbox;
+use crate::backend::BootSpec;
 use crate::error::{Error, Result};
 use crate::snapfile;
 use crate::snapshots::{
@@ -87,6 +89,7 @@ impl Manager {
         let manifest = std::fs::read(work.0.join(MANIFEST)).map_err(|e| bad(e.to_string()))?;
         let mut rec: SnapshotRecord =
             serde_json::from_slice(&manifest).map_err(|e| bad(e.to_string()))?;
+        check_boot(&rec.boot).map_err(|e| bad(e.message()))?;
         let layer = self.backend.import_layer(work.0.join(ARTIFACT)).await?;
         if layer != rec.layer_id {
             return Err(bad(format!(
@@ -124,6 +127,17 @@ impl Manager {
         self.store.put_snapshot(rec.clone()).await?;
         Ok(())
     }
+}
+
+/// An imported record's resources and environment must pass what a create passes.
+fn check_boot(b: &BootSpec) -> Result<()> {
+    super::create::validate(&CreateSandbox {
+        cpus: Some(b.cpus),
+        memory_mb: Some(b.memory_mb),
+        disk_mb: Some(b.disk_mb),
+        env: b.env.clone(),
+        ..Default::default()
+    })
 }
 
 fn memory_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
