@@ -90,6 +90,7 @@ class KillLoop:
         self.durations: Dict[str, float] = {}
         self.holders: Dict[str, Tuple[str, str]] = {}
         self.round = 0
+        self.restarts: List[float] = []
         self.src = self.holder("k9-src")
         self.sus = self.holder("k9-sus")
 
@@ -229,7 +230,9 @@ class KillLoop:
         problems: List[str] = [] if not t.is_alive() else [f"the {op} call did not return after the kill"]
         log_from = self.d.log.stat().st_size
         again = self.kill_while_recovering() if self.rng.random() < RECOVERY_KILLS else ""
+        restarted = time.monotonic()
         self.d = new_daemon(root=self.d.root)
+        self.restarts.append(time.monotonic() - restarted)
         try:
             self.after(p, problems)
             self.check_all(problems, p)
@@ -448,7 +451,9 @@ def test_daemon_killed_during_every_operation(faults: Faults) -> None:
         for op in order:
             loop.kill_during(op)
         loop.final()
-        print(f"\nkill -9: seed {SEED}, {len(order)} kills, {faults.snapshots_verified} snapshots verified; durations "
+        restarts = sorted(loop.restarts)
+        print(f"\nkill -9: seed {SEED}, {len(order)} kills, {faults.snapshots_verified} snapshots verified;"
+              f" restart to healthy p50 {restarts[len(restarts) // 2] * 1000:.0f} ms, max {restarts[-1] * 1000:.0f} ms; durations "
               + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in loop.durations.items()))  # fmt: skip
     finally:
         finish(loop.d if loop else d)
