@@ -193,4 +193,19 @@ def leaks_except(d: Daemon, live: Sequence[str]) -> List[str]:
         hierarchies = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]
         found += [f"cgroup {h / 'sandfork' / sid}" for h in hierarchies if (h / "sandfork" / sid).is_dir()]
     found += [f"process {pid}: {cmd}" for pid, cmd in processes_under(d.root) if not mine(cmd)]
+    found += [f"address lease {index} of {owner}" for index, owner in leases_of(d) if not mine(owner)]
+    return found
+
+
+def leases_of(d: Daemon) -> List[tuple]:
+    """The network address leases (host-wide, one file per address) that sandboxes of
+    ``d`` hold: (index, owner)."""
+    found = []
+    for lease in Path("/run/sandfork/leases").glob("*"):
+        try:
+            owner = lease.read_text().strip()
+        except OSError:
+            continue
+        if owner.startswith(str(d.data_dir) + "/"):
+            found.append((lease.name, owner))
     return found
