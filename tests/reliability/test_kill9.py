@@ -123,8 +123,9 @@ class KillLoop:
     def prepare(self, op: str) -> Pending:
         """Readies ``op`` (un-killed set-up steps) and returns it, not yet started."""
         tag = f"r{self.round}"
-        if op == "create":
-            return Pending(op, lambda: Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag}).id, {})
+        if op == "create":  # half of them with a network of their own (veth, rules, address lease)
+            net = self.rng.random() < 0.5
+            return Pending(op, lambda: Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag}, allow_internet_access=net).id, {})
         if op == "exec":
             token = secrets.token_hex(8)
             return Pending(op, lambda: self.src.run("sh", ["-c", f"sleep 0.3; echo {token}"]).stdout.strip(), {"token": token})
@@ -486,7 +487,8 @@ class Burst:
                 return  # the daemon is gone (or failed: judged by the time of the error)
 
     def one_sandbox(self, rng: random.Random) -> None:
-        sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"burst": "1"})
+        net = rng.random() < 0.25
+        sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"burst": "1"}, allow_internet_access=net)
         mark = f"mark-{secrets.token_hex(6)}"
         r = sb.run("sh", ["-c", f"echo {mark} > /root/mark && cat /root/mark"])
         if r.stdout.strip() != mark:
