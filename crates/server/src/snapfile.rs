@@ -21,6 +21,9 @@ const TRAILER: &[u8; 8] = b"SFSNAPZ\n";
 const TRAILER_LEN: u64 = 8 + 32;
 /// Longest entry name.
 const MAX_NAME: usize = 255;
+/// Most entries one file may hold: far above the memory images of a sandbox at its pids
+/// limit, far below what would exhaust the inodes of the daemon's disk.
+const MAX_ENTRIES: usize = 65_536;
 
 /// Why a snapshot file was refused.
 #[derive(Debug, thiserror::Error)]
@@ -114,8 +117,14 @@ pub fn read(input: &Path, dir: &Path) -> Result<Vec<String>, SnapfileError> {
         return Err(invalid("wrong magic"));
     }
     let mut names = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     while r.limit() > 0 {
-        names.push(read_entry(&mut r, input, dir)?);
+        if names.len() == MAX_ENTRIES {
+            return Err(invalid(format!("more than {MAX_ENTRIES} entries")));
+        }
+        let name = read_entry(&mut r, input, dir, &seen)?;
+        seen.insert(name.clone());
+        names.push(name);
     }
     Ok(names)
 }
@@ -160,7 +169,12 @@ pub fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
-fn read_entry(r: &mut impl Read, input: &Path, dir: &Path) -> Result<String, SnapfileError> {
+fn read_entry(
+    r: &mut impl Read,
+    input: &Path,
+    dir: &Path,
+    seen: &std::collections::HashSet<String>,
+) -> Result<String, SnapfileError> {
     let mut n = [0u8; 2];
     r.read_exact(&mut n)
         .map_err(|_| invalid("truncated entry"))?;
@@ -170,6 +184,9 @@ fn read_entry(r: &mut impl Read, input: &Path, dir: &Path) -> Result<String, Sna
     let name = String::from_utf8(name).map_err(|_| invalid("entry name is not UTF-8"))?;
     if !valid_name(&name) {
         return Err(invalid(format!("bad entry name {name:?}")));
+    }
+    if seen.contains(&name) {
+        return Err(invalid(format!("entry {name} appears twice")));
     }
     let mut l = [0u8; 8];
     r.read_exact(&mut l)
@@ -220,6 +237,34 @@ mod tests {
         }
         std::fs::write(&file, &good[..good.len() - 10]).unwrap();
         assert!(read(&file, &out).is_err());
+    }
+
+    /// A file of `entries` (name, data), with its trailer.
+    fn file_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut body = MAGIC.to_vec();
+        for (name, data) in entries {
+            body.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            body.extend_from_slice(name.as_bytes());
+            body.extend_from_slice(&(data.len() as u64).to_le_bytes());
+            body.extend_from_slice(data);
+        }
+        let digest = Sha256::digest(&body);
+        [&body[..], TRAILER, &digest[..]].concat()
+    }
+
+    #[test]
+    fn duplicate_and_too_many_entries_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, out) = (dir.path().join("f.sfs"), dir.path().join("out"));
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(&file, file_of(&[("a", b"1"), ("a", b"2")])).unwrap();
+        let err = read(&file, &out).unwrap_err().to_string();
+        assert!(err.contains("appears twice"), "{err}");
+        let names: Vec<String> = (0..=MAX_ENTRIES).map(|i| format!("memory/e{i}")).collect();
+        let many: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
+        std::fs::write(&file, file_of(&many)).unwrap();
+        let err = read(&file, &out).unwrap_err().to_string();
+        assert!(err.contains("entries"), "{err}");
     }
 
     #[test]
