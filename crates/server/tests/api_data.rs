@@ -68,6 +68,8 @@ fn background_processes_output_stdin_signal_wait() {
         "{first}"
     );
     assert_eq!(r.lines().last().unwrap()["type"], "exit");
+    let r = c.raw(Method::GET, &format!("{base}/987654/output"), "", "");
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{:?}", r.json());
 
     let (_, p) = c.json(
         Method::POST,

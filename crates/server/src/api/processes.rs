@@ -132,8 +132,11 @@ pub async fn output(
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> ApiResult<Response> {
+    let pid = parse_pid(&pid)?;
+    // An unknown process is a 404, not a 200 whose stream holds only an error line.
+    m.process(&id, pid).await?;
     let events = m
-        .attach(&id, parse_pid(&pid)?, (q.offset, q.stderr_offset), q.follow)
+        .attach(&id, pid, (q.offset, q.stderr_offset), q.follow)
         .await?;
     Ok(stream_response(events, Instant::now()))
 }
