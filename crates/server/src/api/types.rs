@@ -141,19 +141,24 @@ pub struct ListQuery {
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// Program: an absolute path or a name looked up in `PATH`.
+    #[schema(min_length = 1)]
     pub command: String,
     #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Absolute path.
+    #[schema(pattern = "^/")]
     pub working_dir: Option<String>,
     /// `name`, `uid` or `uid:gid`.
     pub user: Option<String>,
     /// Standard input as UTF-8 text.
     pub stdin: Option<String>,
     /// Standard input as base64 (exclusive with `stdin`).
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
     pub stdin_b64: Option<String>,
     /// Kill the command after this many seconds.
+    #[schema(exclusive_minimum = 0)]
     pub timeout_secs: Option<f64>,
     /// Stream NDJSON events instead of one result (exec only).
     #[serde(default)]
