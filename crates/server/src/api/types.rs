@@ -52,10 +52,13 @@ pub struct CreateSandbox {
     /// Start from this snapshot instead of an image.
     pub snapshot_id: Option<String>,
     /// Unique among live sandboxes; usable wherever an id is.
+    #[schema(pattern = "^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,62}$")]
     pub name: Option<String>,
     /// CPU cores (default 1).
+    #[schema(minimum = 0.01, maximum = 1024)]
     pub cpus: Option<f64>,
     /// Memory limit in MiB (default 512).
+    #[schema(minimum = 16)]
     pub memory_mb: Option<u64>,
     /// Root disk size in MiB (0 or absent: the image's); at most 1 TiB.
     #[schema(maximum = 1048576)]
@@ -289,6 +292,7 @@ pub struct SignalRequest {
 #[serde(deny_unknown_fields)]
 pub struct FileQuery {
     /// Absolute path inside the sandbox.
+    #[param(pattern = "^/", max_length = 4096)]
     pub path: String,
     /// Octal permission bits for uploads, e.g. `0644`.
     pub mode: Option<String>,
@@ -320,6 +324,8 @@ pub struct FileList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
+    /// Absolute path inside the sandbox.
+    #[schema(pattern = "^/", max_length = 4096)]
     pub path: String,
     #[serde(default = "yes")]
     pub parents: bool,
