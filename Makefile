@@ -30,9 +30,15 @@ test: build test-rust test-python fuzz
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
+# Each suite has its own conftest.py, so each runs in a pytest of its own; all run, and the
+# target fails if any failed.
+PY_SUITES := sdk/python/tests tests/security tests/reliability tests/api
 test-python:
-	$(PYTHON) -m pytest -q sdk/python/tests $(wildcard tests/security) $(wildcard tests/reliability)
-	$(PYTHON) -m pytest -q tests/api
+	@failed=""; for suite in $(PY_SUITES); do \
+	  echo "== pytest $$suite"; \
+	  $(PYTHON) -m pytest -q $$suite || failed="$$failed $$suite"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed suites:$$failed"; exit 1; fi
 
 # Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/security.md).
 FUZZ_TIME ?= 20
