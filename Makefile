@@ -62,7 +62,4 @@ bench-sandbox: build-release
 
 bench-fork: build-release
 	@scripts/setup --bench
-	@bench/fork
-
-bench-fork: build-release
 	@bench/fork --python --mb 50,500 --fanout 1,8,32
