@@ -17,12 +17,6 @@ pub trait BlockDevice: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<()>;
-    /// Makes every completed write survive a crash of the serving process (not of the
-    /// host); durability waits for the next [`BlockDevice::flush`]. A device whose
-    /// completed writes are already in the host's page cache has nothing to do.
-    fn flush_writeback(&self) -> Result<()> {
-        Ok(())
-    }
     /// Forgets the range: it reads as zeros afterwards and frees its space.
     fn discard(&self, offset: u64, len: u64) -> Result<()>;
     /// Makes the range read as zeros.

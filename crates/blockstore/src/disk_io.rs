@@ -235,12 +235,6 @@ impl BlockDevice for Disk {
         st.overlay.flush()
     }
 
-    fn flush_writeback(&self) -> Result<()> {
-        let st = self.state.read();
-        let _f = self.flush_lock.lock();
-        st.overlay.flush_writeback()
-    }
-
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.write_zeroes(offset, len)
     }

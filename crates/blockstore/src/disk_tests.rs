@@ -99,28 +99,6 @@ fn unflushed_bitmap_changes_are_dropped_flushed_ones_kept() {
 }
 
 #[test]
-fn writeback_flushes_survive_a_reopen_and_a_later_flush_makes_them_durable() {
-    let (_dir, store, disk) = setup();
-    disk.write_at(&[1u8; 4096], 0).unwrap();
-    disk.flush_writeback().unwrap();
-    let ov = disk.state.read().overlay.clone();
-    assert!(ov.unsynced_meta.load(Ordering::Acquire));
-    disk.flush().unwrap();
-    assert!(!ov.unsynced_meta.load(Ordering::Acquire));
-    disk.write_at(&[3u8; 4096], 4096).unwrap();
-    disk.flush_writeback().unwrap();
-    disk.write_at(&[2u8; 4096], 8192).unwrap(); // never flushed
-    drop((ov, disk));
-    let disk = store.open_disk("d").unwrap();
-    let got = content(&disk);
-    assert_eq!(got[..4096], [1u8; 4096]);
-    assert_eq!(got[4096..8192], [3u8; 4096]);
-    assert_eq!(got[8192..12288], [0u8; 4096]);
-    let id = disk.seal().unwrap();
-    store.verify(&id).unwrap();
-}
-
-#[test]
 fn grown_size_survives_reopen_without_flush() {
     let (_dir, store, disk) = setup();
     disk.grow(3 << 20).unwrap();

@@ -23,16 +23,6 @@ pub fn atomic_write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     stage(dir, name, bytes)?.commit()
 }
 
-/// Replaces `dir/name` with `bytes` atomically against a crash of this process (temp
-/// file and rename), without syncing anything.
-pub fn replace(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let target = dir.join(name);
-    let ctx = || format!("write {}", target.display());
-    fs::write(&tmp, bytes).map_err(|e| Error::io(ctx(), e))?;
-    fs::rename(&tmp, &target).map_err(|e| Error::io(ctx(), e))
-}
-
 /// A durable temp file waiting to replace its target.
 pub struct Staged {
     dir: std::path::PathBuf,

@@ -40,8 +40,6 @@ pub struct Layer {
     checksum: OnceLock<[u8; 32]>,
     /// Set when the bitmaps changed since the metadata was last written.
     pub changed: AtomicBool,
-    /// Set while the metadata file was last written without being synced.
-    pub(crate) unsynced_meta: AtomicBool,
     /// Set while the layer's own directory entry has not been synced.
     unsynced_dir: AtomicBool,
 }
@@ -112,7 +110,6 @@ impl Layer {
             sealed: AtomicBool::new(false),
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
-            unsynced_meta: AtomicBool::new(false),
             unsynced_dir: AtomicBool::new(false),
         }
     }
@@ -150,7 +147,6 @@ impl Layer {
             sealed: AtomicBool::new(m.header.sealed),
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
-            unsynced_meta: AtomicBool::new(false),
             unsynced_dir: AtomicBool::new(false),
         };
         if m.header.sealed {
@@ -190,7 +186,6 @@ impl Layer {
             sealed: AtomicBool::new(self.is_sealed()),
             checksum: self.checksum.clone(),
             changed: AtomicBool::new(true),
-            unsynced_meta: AtomicBool::new(self.unsynced_meta.load(Ordering::Acquire)),
             unsynced_dir: AtomicBool::new(self.unsynced_dir.load(Ordering::Acquire)),
         }
     }
@@ -212,7 +207,9 @@ impl Layer {
 
     /// Writes the (unsealed) metadata file atomically.
     fn write_meta(&self) -> Result<()> {
-        fsutil::atomic_write(&self.dir, META_FILE, &self.encode_open())
+        let header = self.header(false);
+        let enc = meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false);
+        fsutil::atomic_write(&self.dir, META_FILE, &enc.bytes)
     }
 
     /// Seals the layer: writes its metadata with the hash table and checksum atomically.
@@ -239,7 +236,6 @@ impl Layer {
         let mut copy = self.reshaped(self.size_blocks, self.parent.clone());
         copy.hashes = HashTable::packed(self.size_blocks, &enc.data, enc.values);
         copy.changed = AtomicBool::new(false);
-        copy.unsynced_meta = AtomicBool::new(false);
         copy
     }
 
@@ -266,9 +262,10 @@ impl Layer {
     /// then the snapshot written, so the metadata never names blocks whose data is not
     /// durable.
     pub fn flush(&self) -> Result<()> {
-        let unsynced = self.unsynced_meta.swap(false, Ordering::AcqRel);
-        let changed = self.changed.swap(false, Ordering::AcqRel);
-        let snapshot = (changed || unsynced).then(|| self.encode_open());
+        let snapshot = self.changed.swap(false, Ordering::AcqRel).then(|| {
+            let header = self.header(false);
+            meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false).bytes
+        });
         self.sync_data()?;
         if let Some(bytes) = snapshot {
             let res = fsutil::atomic_write(&self.dir, META_FILE, &bytes)
@@ -279,27 +276,6 @@ impl Layer {
             }
         }
         Ok(())
-    }
-
-    /// Makes flushed writes survive a crash of this process, not of the host: the
-    /// metadata is written (the data already is) but nothing is synced. A later
-    /// [`Layer::flush`] makes it durable.
-    pub fn flush_writeback(&self) -> Result<()> {
-        if !self.changed.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        self.unsynced_meta.store(true, Ordering::Release);
-        let res = fsutil::replace(&self.dir, META_FILE, &self.encode_open());
-        if res.is_err() {
-            self.changed.store(true, Ordering::Release);
-        }
-        res
-    }
-
-    /// The unsealed metadata record (bitmaps, no hashes) as it is now.
-    fn encode_open(&self) -> Vec<u8> {
-        let header = self.header(false);
-        meta::encode(&header, &self.dirty, &self.zero, &self.hashes, false).bytes
     }
 
     /// Syncs the data file.

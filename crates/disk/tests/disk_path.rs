@@ -125,9 +125,16 @@ fn a_killed_server_gives_eio_and_teardown_completes() {
 }
 
 #[test]
-fn synced_writes_survive_a_killed_server_in_writeback_mode() {
+fn synced_writes_survive_a_killed_server_in_durable_mode() {
     let fx = Fixture::new();
-    let m = fx.mount_new("wb", &fx.base);
+    fx.store
+        .create_disk("wb", common::IMAGE_SIZE, Some(&fx.base))
+        .unwrap();
+    let durable = disk::MountOptions {
+        flush: disk::fuse::FlushMode::Durable,
+        ..Default::default()
+    };
+    let m = fx.mount_with("wb", durable);
     let data = pattern(7, 3 << 20);
     write(m.mountpoint(), "synced.bin", &data);
     std::fs::File::open(m.mountpoint().join("synced.bin"))

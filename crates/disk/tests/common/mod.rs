@@ -46,9 +46,13 @@ impl Fixture {
     }
 
     pub fn mount(&self, name: &str) -> MountedDisk {
+        self.mount_with(name, MountOptions::default())
+    }
+
+    pub fn mount_with(&self, name: &str, opts: MountOptions) -> MountedDisk {
         let mnt = self.path(&format!("mnt-{name}"));
         std::fs::create_dir_all(&mnt).unwrap();
-        MountedDisk::mount(&self.spec(name), &mnt, MountOptions::default()).unwrap()
+        MountedDisk::mount(&self.spec(name), &mnt, opts).unwrap()
     }
 
     pub fn spec(&self, name: &str) -> DiskSpec {
