@@ -3,8 +3,10 @@ docs/openapi.json) on a live daemon: no 5xx, every response matches its document
 schema and status code, the daemon survives with bounded memory and leaks nothing.
 
 Path ids are drawn partly from a live sandbox, a background process of it and a
-snapshot of it, so that requests reach the handlers behind the 404s. Bounded:
-``SANDFORK_API_FUZZ_EXAMPLES`` cases per operation (default 25), fixed seed
+snapshot of it, so that requests reach the handlers behind the 404s. Output streams are
+not followed and waits, where the fuzzer sets the parameter, time out after 1 s: a
+process fed by a never-closed pipe would otherwise hold the run. Bounded:
+``SANDFORK_API_FUZZ_EXAMPLES`` cases per operation (default 50), fixed seed
 ``SANDFORK_API_FUZZ_SEED`` (default 7).
 """
 
@@ -23,7 +25,7 @@ ApiDaemon = Any
 REPO = Path(__file__).resolve().parents[2]
 
 CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance,content_type_conformance"
-EXAMPLES = int(os.environ.get("SANDFORK_API_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("SANDFORK_API_FUZZ_EXAMPLES", "50"))
 SEED = int(os.environ.get("SANDFORK_API_FUZZ_SEED", "7"))
 RUN_TIMEOUT = 900
 # The daemon's resident memory after the run (it idles at a few tens of MiB).
@@ -39,12 +41,13 @@ def rss_mb(pid: int) -> float:
 
 def live_ids(api: ApiDaemon) -> dict:
     """A named sandbox with a background process (already exited, so that waiting for it
-    or following its output ends at once), and a snapshot of it."""
+    or following its output ends at once), and a snapshot of it. The fuzzer reuses what
+    responses show, so the process is one that ends by itself even with an open stdin."""
     from sandfork import Client
 
     client = Client(url=api.daemon.url)
     sb = client.request_json("POST", "/v1/sandboxes", json_body={"name": "fuzz-target", "memory_mb": 128})
-    proc = client.request_json("POST", f"/v1/sandboxes/{sb['id']}/processes", json_body={"command": "sh", "args": ["-c", "echo out; echo err >&2"]})
+    proc = client.request_json("POST", f"/v1/sandboxes/{sb['id']}/processes", json_body={"command": "echo", "args": ["out"]})
     snap = client.request_json("POST", f"/v1/sandboxes/{sb['id']}/checkpoint", json_body={"name": "fuzz-snap"})
     return {"sandbox": sb["id"], "pid": proc["pid"], "snapshot": snap["id"]}
 
@@ -66,6 +69,9 @@ def write_config(path: Path, ids: dict) -> None:
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(values)}"]
     lines.append("[parameters]")
     lines += [f'"{key}" = {{ dictionary = "{name}", probability = 0.6 }}' for key, name in bindings.items()]
+    # The two long polls get bounded values: a followed output stream or a wait without
+    # timeout on a process that never ends would hold the run until its time limit.
+    lines += ['"query.follow" = false', '"query.timeout_secs" = 1']
     path.write_text("\n".join(lines) + "\n")
 
 
