@@ -81,7 +81,7 @@ impl From<StoreError> for Error {
 }
 
 /// `e` and its sources, joined by `: `.
-fn chain_of(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain_of(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {

@@ -14,16 +14,7 @@ pub fn host_err(e: runtime::Error) -> BackendError {
     }
 }
 
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
-}
+pub(crate) use crate::error::chain_of as error_chain;
 
 /// Maps an agent client error to a backend error.
 pub fn agent_err(e: ClientError) -> BackendError {
