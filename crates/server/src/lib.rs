@@ -13,6 +13,7 @@ pub mod backend;
 pub mod config;
 pub mod daemon;
 pub mod error;
+mod ids;
 pub mod lifecycle;
 pub mod logs;
 pub mod manager;

@@ -172,14 +172,7 @@ pub fn pin_name(id: &str) -> String {
 
 /// A new snapshot id: `snap-` and 16 random hex digits.
 pub fn new_snapshot_id() -> String {
-    let mut b = [0u8; 8];
-    // A failing system RNG leaves zeros; the time keeps ids distinct regardless.
-    let _ = getrandom::getrandom(&mut b);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    format!("snap-{:016x}", u64::from_le_bytes(b) ^ t.rotate_left(32))
+    crate::ids::random_id("snap")
 }
 
 /// Whether `id` looks like a snapshot id (so it can name files and refs safely).

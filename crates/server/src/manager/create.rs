@@ -18,15 +18,7 @@ const MAX_NAME: usize = 63;
 
 /// A new sandbox id: `sb-` and 16 random hex digits.
 pub fn new_id() -> String {
-    let mut b = [0u8; 8];
-    // A failing system RNG leaves zeros; the time keeps ids distinct regardless.
-    let _ = getrandom::getrandom(&mut b);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let v = u64::from_le_bytes(b) ^ t.rotate_left(32);
-    format!("sb-{v:016x}")
+    crate::ids::random_id("sb")
 }
 
 fn check_name(name: &str) -> Result<()> {
