@@ -9,9 +9,7 @@ fixture asserts that nothing leaked (containers, mounts, loop devices).
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import socket
 import sys
 import tempfile
@@ -24,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests")]
 
-from _daemon import Daemon, clean_up_after, terminate_leftovers, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy  # noqa: E402
+from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, tear_down, terminate_leftovers, wait_healthy  # noqa: E402
 
 MAX_SANDBOXES = 4
 MAX_MEMORY_MB = 1024
@@ -67,9 +65,5 @@ def api_daemon() -> Iterator[ApiDaemon]:
     finally:
         # The fuzzer creates and forks sandboxes on purpose: end them, then look for leaks.
         terminate_leftovers(d)
-        problems = clean_up_after(d)
-        if not leaks_of(d) and not os.environ.get("SANDFORK_TEST_KEEP"):
-            shutil.rmtree(d.root, ignore_errors=True)
-        else:
-            print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
+        problems = tear_down(d)
         assert not problems, "after the API fuzzing, the daemon left behind:\n" + "\n".join(problems)

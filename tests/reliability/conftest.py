@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests"), str(Path(__file__).parent)]
 
-from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy  # noqa: E402
+from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, url_in_env, wait_healthy  # noqa: E402
 
 RESULTS: List[dict] = []
 
@@ -110,15 +110,10 @@ def new_daemon(extra_args: Sequence[str] = (), root: Optional[Path] = None, conf
 def daemon() -> Iterator[Daemon]:
     """A daemon of its own for one test; stopped, checked for leaks and removed after it."""
     d = new_daemon()
-    old_url = os.environ.get("SANDFORK_URL")
-    os.environ["SANDFORK_URL"] = d.url
     try:
-        yield d
+        with url_in_env(d):
+            yield d
     finally:
-        if old_url is None:
-            os.environ.pop("SANDFORK_URL", None)
-        else:
-            os.environ["SANDFORK_URL"] = old_url
         finish(d)
 
 

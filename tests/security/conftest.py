@@ -12,22 +12,20 @@ exec and keeps its file, and that the daemon is alive.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import secrets
 import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Iterator, List
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests"), str(Path(__file__).parent)]
 
-from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy  # noqa: E402
+from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, tear_down, url_in_env, wait_healthy  # noqa: E402
 
 # Small enough to test the 413 quickly.
 MAX_UPLOAD_BYTES = 8 << 20
@@ -77,21 +75,12 @@ def daemon() -> Iterator[Daemon]:
     root = Path(tempfile.mkdtemp(prefix="sfsec-"))
     (root / "config.toml").write_text(f"max_upload_bytes = {MAX_UPLOAD_BYTES}\n")
     d = start_daemon(binary, ["--config", str(root / "config.toml")], root=root)
-    old_url = os.environ.get("SANDFORK_URL")
     try:
         wait_healthy(d)
-        os.environ["SANDFORK_URL"] = d.url
-        yield d
+        with url_in_env(d):
+            yield d
     finally:
-        if old_url is None:
-            os.environ.pop("SANDFORK_URL", None)
-        else:
-            os.environ["SANDFORK_URL"] = old_url
-        problems = clean_up_after(d)
-        if not leaks_of(d) and not os.environ.get("SANDFORK_TEST_KEEP"):
-            shutil.rmtree(d.root, ignore_errors=True)
-        else:
-            print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
+        problems = tear_down(d)
         assert not problems, "after the suite, the daemon left behind:\n" + "\n".join(problems)
 
 

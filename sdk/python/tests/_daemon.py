@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
@@ -187,6 +188,31 @@ def check_nothing_leaked(daemon: Daemon) -> None:
 def leaks_of(daemon: Daemon) -> List[str]:
     """Containers, mounts and loop devices the daemon's data dir still has."""
     return leftover_containers(daemon.data_dir) + leftover_mounts(daemon.root) + leftover_loop_devices(daemon.root)
+
+
+@contextmanager
+def url_in_env(daemon: Daemon) -> Iterator[Daemon]:
+    """Points ``SANDFORK_URL`` (what the SDK connects to) at ``daemon`` while in the block."""
+    old = os.environ.get("SANDFORK_URL")
+    os.environ["SANDFORK_URL"] = daemon.url
+    try:
+        yield daemon
+    finally:
+        if old is None:
+            os.environ.pop("SANDFORK_URL", None)
+        else:
+            os.environ["SANDFORK_URL"] = old
+
+
+def tear_down(daemon: Daemon) -> List[str]:
+    """Stops ``daemon`` and returns what it left behind; its directory is removed unless
+    something was left or ``SANDFORK_TEST_KEEP`` is set."""
+    problems = clean_up_after(daemon)
+    if leaks_of(daemon) or os.environ.get("SANDFORK_TEST_KEEP"):
+        print(f"\nkept the daemon's directory {daemon.root} (log: {daemon.log})")
+    else:
+        shutil.rmtree(daemon.root, ignore_errors=True)
+    return problems
 
 
 def clean_up_after(daemon: Daemon) -> List[str]:

@@ -7,13 +7,11 @@ mount or loop device behind.
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Iterator
 
 import pytest
 
-from _daemon import Daemon, clean_up_after, daemon_binary, implements_serve, leaks_of, start_daemon, wait_healthy
+from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, tear_down, url_in_env, wait_healthy
 
 
 @pytest.fixture(scope="session")
@@ -25,22 +23,12 @@ def daemon() -> Iterator[Daemon]:
     if not implements_serve(binary):
         pytest.skip(f"{binary} does not implement `serve --data-dir --socket` yet")
     d = start_daemon(binary)
-    old_url = os.environ.get("SANDFORK_URL")
     try:
         wait_healthy(d)
-        os.environ["SANDFORK_URL"] = d.url
-        yield d
+        with url_in_env(d):
+            yield d
     finally:
-        if old_url is None:
-            os.environ.pop("SANDFORK_URL", None)
-        else:
-            os.environ["SANDFORK_URL"] = old_url
-        problems = clean_up_after(d)
-        still = leaks_of(d)
-        if os.environ.get("SANDFORK_TEST_KEEP") or still:
-            print(f"\nkept the daemon's directory {d.root} (log: {d.log})")
-        else:
-            shutil.rmtree(d.root, ignore_errors=True)
+        problems = tear_down(d)
         assert not problems, "after the tests, the daemon left behind:\n" + "\n".join(problems)
 
 
