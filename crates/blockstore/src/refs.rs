@@ -138,7 +138,11 @@ impl Store {
         Layer::read_header(&self.layer_dir(id), id)?;
         let mut n = 0;
         for name in self.list_disks()? {
-            let m = self.read_manifest(&name)?;
+            let m = match self.read_manifest(&name) {
+                // Deleted since it was listed (no gc lock is held here).
+                Err(Error::DiskNotFound(_)) => continue,
+                r => r?,
+            };
             n += usize::from(m.chain.contains(id) || &m.overlay == id);
         }
         for (_, top) in self.list_refs()? {

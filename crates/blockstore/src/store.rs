@@ -116,7 +116,14 @@ impl Store {
         }
         for name in self.list_disks()? {
             if let Some(_lock) = fsutil::lock(&self.disk_lock_path(&name), true, false)? {
-                self.finish_interrupted_seal(&name)?;
+                match self.finish_interrupted_seal(&name) {
+                    // Deleted by another process since it was listed: the lock file
+                    // taken here goes too, as `delete_disk` leaves none.
+                    Err(Error::DiskNotFound(_)) => {
+                        let _ = fs::remove_file(self.disk_lock_path(&name));
+                    }
+                    r => drop(r?),
+                }
             }
         }
         Ok(())

@@ -223,3 +223,31 @@ fn export_file_matches_stream_export() {
         assert_eq!(other.chain_of(&l2).unwrap(), vec![l1, l2]);
     }
 }
+
+#[test]
+fn opening_the_store_while_disks_are_deleted_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let names: Vec<String> = (0..300).map(|i| format!("d{i}")).collect();
+    for name in &names {
+        store.create_disk(name, MIB, None).unwrap();
+    }
+    let deleter = std::thread::spawn(move || {
+        for name in &names {
+            store.delete_disk(name).unwrap();
+        }
+    });
+    while !deleter.is_finished() {
+        Store::open(dir.path()).expect("an open racing a delete");
+    }
+    deleter.join().unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("disks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        Vec::<std::ffi::OsString>::new(),
+        "files left in disks/"
+    );
+}
