@@ -10,7 +10,7 @@
 //! sandfork-disk teardown --store DIR --disk NAME --dir RUNDIR --mountpoint M
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use std::collections::HashMap;
 
@@ -187,8 +187,18 @@ fn seal(o: &Opts) -> Result<()> {
     Ok(())
 }
 
+/// Tears a mounted disk down; a half-made one (no loop device, or nothing mounted) is
+/// cleaned up from what is found: the mountpoint, then everything below the run directory.
 fn teardown(o: &Opts) -> Result<()> {
-    let m = MountedDisk::adopt(&o.spec()?, o.get("mountpoint")?.as_ref())?;
-    m.teardown()?;
+    let spec = o.spec()?;
+    let mountpoint: &Path = o.get("mountpoint")?.as_ref();
+    match MountedDisk::adopt(&spec, mountpoint) {
+        Ok(m) => m.teardown()?,
+        Err(e) => {
+            eprintln!("sandfork-disk: {e}; cleaning up what is left");
+            disk::ext4::unmount(mountpoint)?;
+            disk::cleanup_stale(&spec.run_dir)?;
+        }
+    }
     Ok(())
 }
