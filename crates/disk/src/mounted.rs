@@ -95,7 +95,11 @@ impl MountedDisk {
         let held = LoopDevice::attach(&file)?;
         let loop_dev = LoopDevice::from_path(held.path());
         partial.loop_dev = Some(held);
-        ext4::mount_ext4(loop_dev.path(), mountpoint)?;
+        let options = match opts.flush {
+            crate::fuse::FlushMode::Writeback => ext4::WRITEBACK_OPTIONS,
+            crate::fuse::FlushMode::Durable => ext4::DURABLE_OPTIONS,
+        };
+        ext4::mount_ext4(loop_dev.path(), mountpoint, options)?;
         partial.mountpoint = Some(mountpoint.to_path_buf());
         partial.disarm();
         Ok(MountedDisk {

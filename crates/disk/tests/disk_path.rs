@@ -17,6 +17,11 @@ fn forks_see_the_sealed_state_and_stay_independent() {
         read(parent.mountpoint(), "hello.txt"),
         "hello from the image\n"
     );
+    let options = mount_options(parent.mountpoint());
+    assert!(
+        options.contains("data=writeback") && options.contains("nobarrier"),
+        "writeback-flush disks skip ordering and barriers: {options}"
+    );
     write(parent.mountpoint(), "state.txt", b"before seal\n");
     let (layer, times) = parent.seal_timed().unwrap();
     assert!(times.freeze_ms >= 0.0 && times.seal_ms >= 0.0);
@@ -95,6 +100,18 @@ fn grow_extends_the_filesystem_online_or_at_the_next_mount() {
 }
 
 /// Runs `f` on a thread and fails if it takes longer than `limit` (a hang).
+/// The options ext4 reports for the filesystem mounted at `mountpoint`.
+fn mount_options(mountpoint: &Path) -> String {
+    let want = mountpoint.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[1] == want && f[2] == "ext4")
+        .map(|f| f[3].to_owned())
+        .unwrap_or_else(|| panic!("no ext4 at {want}"))
+}
+
 fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -135,6 +152,11 @@ fn synced_writes_survive_a_killed_server_in_durable_mode() {
         ..Default::default()
     };
     let m = fx.mount_with("wb", durable);
+    let options = mount_options(m.mountpoint());
+    assert!(
+        !options.contains("data=writeback") && !options.contains("nobarrier"),
+        "durable disks keep ext4's ordering and barriers: {options}"
+    );
     let data = pattern(7, 3 << 20);
     write(m.mountpoint(), "synced.bin", &data);
     std::fs::File::open(m.mountpoint().join("synced.bin"))
