@@ -77,7 +77,11 @@ pub struct Config {
 /// file runc hands to CRIU (annotation `org.criu.config`). `tcp-close`: established TCP
 /// connections do not block a dump and come back closed (a restored copy has its own
 /// address, so they could not carry on; listeners come back as they were).
-pub const CRIU_OPTIONS: &str = "tcp-close\n";
+/// `network-lock skip`: CRIU does not fence the sandbox's network namespace with firewall
+/// rules around a dump or restore — nothing can reach a namespace being restored before
+/// the sandbox is handed out, and no TCP state is carried over — which saved ≈ 85 ms of
+/// every restore (an `iptables-restore` each to lock and to unlock).
+pub const CRIU_OPTIONS: &str = "tcp-close\nnetwork-lock skip\n";
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -457,6 +461,7 @@ mod tests {
         let v = generated();
         assert_eq!(v["annotations"]["org.criu.config"], "/d/bundle/criu.conf");
         assert!(CRIU_OPTIONS.lines().any(|l| l == "tcp-close"));
+        assert!(CRIU_OPTIONS.lines().any(|l| l == "network-lock skip"));
     }
 
     #[test]
