@@ -72,6 +72,15 @@ async fn memory_restore_resumes_processes_and_forks_diverge() {
         let (_, hook, _) = sh(&agent, "cat /hook").await;
         assert_eq!(hook.trim(), "hooked", "the after-restore hook ran");
         sh(&agent, &format!("echo {i} > /mine-{i}")).await;
+        let log = runtime::layout::Layout::new(env.dir.path().join("data"))
+            .sandbox(&child.id)
+            .logs()
+            .join("restore.log");
+        let log = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            log.contains("Loaded kdat cache"),
+            "CRIU probed the kernel instead of using its cache"
+        );
     }
     for (i, child) in children.iter().enumerate() {
         let (_, ls, _) = sh(&child.agent(), "ls / | grep mine- | tr '\\n' ' '").await;

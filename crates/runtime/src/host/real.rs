@@ -3,6 +3,7 @@
 mod checkpoint;
 mod cmd;
 mod disks;
+mod kdat;
 mod netns;
 
 use std::collections::HashMap;
@@ -48,6 +49,7 @@ pub struct RealHost {
 impl RealHost {
     /// A host serving disks from `disks`; `lock_dir` holds host-wide lock files.
     pub fn new(disks: Disks, lock_dir: impl Into<PathBuf>) -> Self {
+        kdat::ensure_cache();
         RealHost {
             disks,
             lock_dir: lock_dir.into(),
