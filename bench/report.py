@@ -34,7 +34,7 @@ def fmt(v):
     if v is None or v == "":
         return ""
     if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        return f"{v:.3g}" if abs(v) < 999.5 else f"{v:,.0f}"
     return str(v)
 
 
