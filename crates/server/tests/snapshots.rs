@@ -369,3 +369,68 @@ fn export_import_round_trip_and_corruption_refused() {
     assert_eq!(left, 0);
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn memory_checkpoint_waits_for_requests_in_flight() {
+    let d = TestDaemon::start();
+    let id = d.create(json!({"memory_mb": 64}));
+    std::thread::scope(|s| {
+        let slow = s.spawn(|| d.sh(&id, "sleep 1; echo finished"));
+        std::thread::sleep(Duration::from_millis(300));
+        let (status, snap) = post(
+            &d,
+            &format!("/v1/sandboxes/{id}/checkpoint"),
+            json!({"type": "memory"}),
+        );
+        assert_eq!(status, StatusCode::CREATED, "{snap}");
+        assert_eq!(out(&slow.join().unwrap()), "finished");
+    });
+    assert_eq!(out(&d.sh(&id, "echo after")), "after");
+}
+
+#[test]
+fn memory_checkpoint_refuses_while_a_request_stays_open() {
+    let d = TestDaemon::start();
+    let id = d.create(json!({"memory_mb": 64}));
+    let (s, p) = post(
+        &d,
+        &format!("/v1/sandboxes/{id}/processes"),
+        json!({"command": "sleep", "args": ["30"]}),
+    );
+    assert_eq!(s, StatusCode::CREATED, "{p}");
+    let pid = p["pid"].as_u64().unwrap();
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            post(
+                &d,
+                &format!("/v1/sandboxes/{id}/processes/{pid}/wait"),
+                json!({}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let (status, v) = post(
+            &d,
+            &format!("/v1/sandboxes/{id}/checkpoint"),
+            json!({"type": "memory"}),
+        );
+        assert_error(status, &v, 409, "conflict");
+        assert!(
+            v["message"].as_str().unwrap().contains("in progress"),
+            "{v}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+        // The sandbox carries on: the wait ends when its process does.
+        assert_eq!(out(&d.sh(&id, "echo still-here")), "still-here");
+        let (s, v) = post(
+            &d,
+            &format!("/v1/sandboxes/{id}/processes/{pid}/signal"),
+            json!({"signal": 9}),
+        );
+        assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+        let (s, v) = waiting.join().unwrap();
+        assert_eq!(s, StatusCode::OK, "{v}");
+    });
+    let (_, list) = d.client().get(&format!("/v1/snapshots?source={id}"));
+    assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
+}

@@ -1,7 +1,7 @@
 //! Data-plane work inside running sandboxes. The manager only checks the state and records
 //! activity; bytes flow between the backend's bounded channels and the HTTP bodies.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
@@ -12,11 +12,26 @@ use crate::backend::{BackendError, ExecEvent, Stream, STREAM_DEPTH};
 use crate::error::{Error, Result};
 use crate::lifecycle::{plan, Op};
 
+/// How long a memory checkpoint waits for the data-plane requests in flight to end.
+/// CRIU cannot dump an agent holding a connection from the host, so a request still open
+/// after this (a process wait, a followed output) makes the checkpoint answer 409; new
+/// requests wait behind the checkpoint meanwhile.
+pub const DRAIN: Duration = Duration::from_secs(3);
+
+/// A data-plane request's share of its sandbox's agent (see `Entry::plane`).
+pub type PlaneGuard = tokio::sync::OwnedRwLockReadGuard<()>;
+
+/// A memory checkpoint's hold on its sandbox's agent: no data-plane request is in flight.
+pub type Drained = tokio::sync::OwnedRwLockWriteGuard<()>;
+
 impl Manager {
-    /// Resolves a running sandbox for data-plane use and records the activity.
-    pub fn using(&self, id_or_name: &str) -> Result<String> {
+    /// Resolves a running sandbox for data-plane use and records the activity. The guard
+    /// is held while the request talks to the agent; it waits for a memory checkpoint in
+    /// progress, so the state is checked after it.
+    pub async fn using(&self, id_or_name: &str) -> Result<(String, PlaneGuard)> {
         self.check_open()?;
         let entry = self.find(id_or_name)?;
+        let guard = entry.plane.clone().read_owned().await;
         let view = entry.view();
         if plan(view.state, Op::Use).is_none() {
             return Err(Error::WrongState {
@@ -25,7 +40,23 @@ impl Manager {
             });
         }
         entry.touch();
-        Ok(view.id)
+        Ok((view.id, guard))
+    }
+
+    /// Waits up to [`DRAIN`] for the data-plane requests of `entry` to end, and holds new
+    /// ones back until the returned guard is dropped.
+    pub(super) async fn drain(&self, entry: &super::Entry) -> Result<Drained> {
+        let id = entry.view().id;
+        tokio::time::timeout(DRAIN, entry.plane.clone().write_owned())
+            .await
+            .map_err(|_| {
+                Error::Conflict(format!(
+                    "Sandbox {id} has a request in progress (a process wait, a followed \
+                     output or a long exec) after {} s; a memory checkpoint needs it to \
+                     end first",
+                    DRAIN.as_secs()
+                ))
+            })
     }
 
     fn touch(&self, id: &str) {
@@ -36,7 +67,7 @@ impl Manager {
 
     /// Runs a command; the stream ends with the exit event.
     pub async fn exec(&self, id_or_name: &str, req: ExecRequest) -> Result<Stream<ExecEvent>> {
-        let id = self.using(id_or_name)?;
+        let (id, plane) = self.using(id_or_name).await?;
         let started = Instant::now();
         let inner = match self.backend.exec(&id, req).await {
             Ok(s) => s,
@@ -48,7 +79,7 @@ impl Manager {
                 return Err(e.into());
             }
         };
-        Ok(self.observe_exec(id, started, inner))
+        Ok(self.observe_exec(id, started, inner, plane))
     }
 
     /// Forwards an exec stream, timing it and touching the sandbox when it ends.
@@ -57,11 +88,13 @@ impl Manager {
         id: String,
         started: Instant,
         mut inner: Stream<ExecEvent>,
+        plane: PlaneGuard,
     ) -> Stream<ExecEvent> {
         let (tx, rx) = mpsc::channel(STREAM_DEPTH);
         let metrics = self.metrics.clone();
         let manager = self.weak_self();
         tokio::spawn(async move {
+            let _plane = plane;
             while let Some(item) = inner.recv().await {
                 if matches!(item, Ok(ExecEvent::Exit(_))) {
                     metrics.exec.observe(started.elapsed());
@@ -78,12 +111,12 @@ impl Manager {
     }
 
     pub async fn spawn(&self, id_or_name: &str, req: ExecRequest) -> Result<ProcessInfo> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.spawn(&id, req).await?)
     }
 
     pub async fn processes(&self, id_or_name: &str) -> Result<Vec<ProcessInfo>> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.processes(&id).await?)
     }
 
@@ -102,22 +135,25 @@ impl Manager {
         offsets: (u64, u64),
         follow: bool,
     ) -> Result<Stream<ExecEvent>> {
-        let id = self.using(id_or_name)?;
-        Ok(self.backend.attach(&id, pid, offsets, follow).await?)
+        let (id, plane) = self.using(id_or_name).await?;
+        Ok(holding(
+            plane,
+            self.backend.attach(&id, pid, offsets, follow).await?,
+        ))
     }
 
     pub async fn write_stdin(&self, id_or_name: &str, pid: u64, data: Bytes) -> Result<()> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.write_stdin(&id, pid, data).await?)
     }
 
     pub async fn close_stdin(&self, id_or_name: &str, pid: u64) -> Result<()> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.close_stdin(&id, pid).await?)
     }
 
     pub async fn signal(&self, id_or_name: &str, pid: u64, signal: i32) -> Result<()> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.signal(&id, pid, signal).await?)
     }
 
@@ -127,7 +163,7 @@ impl Manager {
         pid: u64,
         timeout_ms: Option<u64>,
     ) -> Result<ExitInfo> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         let r = self.backend.wait(&id, pid, timeout_ms).await;
         self.touch(&id);
         Ok(r?)
@@ -138,8 +174,9 @@ impl Manager {
         id_or_name: &str,
         path: &str,
     ) -> Result<(FileStat, Stream<Bytes>)> {
-        let id = self.using(id_or_name)?;
-        Ok(self.backend.read_file(&id, path).await?)
+        let (id, plane) = self.using(id_or_name).await?;
+        let (stat, data) = self.backend.read_file(&id, path).await?;
+        Ok((stat, holding(plane, data)))
     }
 
     pub async fn write_file(
@@ -149,7 +186,7 @@ impl Manager {
         mode: Option<u32>,
         data: Stream<Bytes>,
     ) -> Result<u64> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         let data_dir = self.config.data_dir.clone();
         check_host_space(&data_dir)?;
         let data = guard_host_space(data_dir, data);
@@ -159,24 +196,38 @@ impl Manager {
     }
 
     pub async fn list_dir(&self, id_or_name: &str, path: &str) -> Result<Vec<DirEntry>> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.list_dir(&id, path).await?)
     }
 
     pub async fn stat(&self, id_or_name: &str, path: &str) -> Result<FileStat> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.stat(&id, path).await?)
     }
 
     pub async fn remove(&self, id_or_name: &str, path: &str, recursive: bool) -> Result<()> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.remove(&id, path, recursive).await?)
     }
 
     pub async fn mkdir(&self, id_or_name: &str, path: &str, parents: bool) -> Result<()> {
-        let id = self.using(id_or_name)?;
+        let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.mkdir(&id, path, parents).await?)
     }
+}
+
+/// Forwards `inner`, holding `plane` until it ends or its reader goes away.
+fn holding<T: Send + 'static>(plane: PlaneGuard, mut inner: Stream<T>) -> Stream<T> {
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        let _plane = plane;
+        while let Some(item) = inner.recv().await {
+            if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 /// Free space the host disk must keep for an upload to go on: a sandbox's disk takes its

@@ -42,6 +42,10 @@ pub use snapshots::CheckpointArgs;
 pub(crate) struct Entry {
     /// Held for the whole of a lifecycle operation.
     op: tokio::sync::Mutex<()>,
+    /// Data-plane requests hold it shared for as long as they talk to the agent (a stream
+    /// until it ends); a memory checkpoint holds it exclusively, so it starts once they
+    /// have drained and new ones wait for it (see [`data::DRAIN`]).
+    plane: Arc<tokio::sync::RwLock<()>>,
     row: Mutex<SandboxRow>,
     last_active: Mutex<Instant>,
 }
@@ -50,6 +54,7 @@ impl Entry {
     fn new(row: SandboxRow) -> Arc<Entry> {
         Arc::new(Entry {
             op: tokio::sync::Mutex::new(()),
+            plane: Arc::new(tokio::sync::RwLock::new(())),
             row: Mutex::new(row),
             last_active: Mutex::new(Instant::now()),
         })

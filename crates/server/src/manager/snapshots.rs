@@ -42,6 +42,10 @@ impl Manager {
             id: view.id.clone(),
             state: view.state,
         })?;
+        let _drained = match args.kind {
+            SnapshotType::Memory => Some(self.drain(&entry).await?),
+            SnapshotType::Filesystem => None,
+        };
         self.set_state(&entry, p.during, None).await?;
         let started = Instant::now();
         let snap_id = new_snapshot_id();

@@ -28,6 +28,7 @@ impl Manager {
             id: view.id.clone(),
             state: view.state,
         })?;
+        let _drained = self.drain(&entry).await?;
         self.set_state(&entry, p.during, None).await?;
         let snap_id = suspend_snapshot_id(&view.id);
         // A leftover of an earlier, interrupted suspend would block the new one.

@@ -376,7 +376,7 @@ async fn idle_unnamed_sandboxes_are_terminated_active_ones_kept() {
     let forever = m.create(req(64)).await.unwrap();
     for _ in 0..6 {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        m.using(&busy.id).unwrap();
+        m.using(&busy.id).await.unwrap();
     }
     assert_eq!(m.get(&idle.id).unwrap().state, State::Terminated);
     assert_eq!(m.get(&busy.id).unwrap().state, State::Running);
