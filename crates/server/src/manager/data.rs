@@ -8,7 +8,7 @@ use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
 use tokio::sync::mpsc;
 
 use super::Manager;
-use crate::backend::{BackendError, ExecEvent, Stream, STREAM_DEPTH};
+use crate::backend::{BackendError, BackendResult, ExecEvent, Stream, STREAM_DEPTH};
 use crate::error::{Error, Result};
 use crate::lifecycle::{plan, Op};
 
@@ -95,7 +95,7 @@ impl Manager {
         let manager = self.weak_self();
         tokio::spawn(async move {
             let _plane = plane;
-            while let Some(item) = inner.recv().await {
+            while let Some(item) = next_for(&tx, &mut inner).await {
                 if matches!(item, Ok(ExecEvent::Exit(_))) {
                     metrics.exec.observe(started.elapsed());
                 }
@@ -221,13 +221,23 @@ fn holding<T: Send + 'static>(plane: PlaneGuard, mut inner: Stream<T>) -> Stream
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {
         let _plane = plane;
-        while let Some(item) = inner.recv().await {
+        while let Some(item) = next_for(&tx, &mut inner).await {
             if tx.send(item).await.is_err() {
                 break;
             }
         }
     });
     rx
+}
+
+/// The next item of `inner`, or `None` as soon as the reader of `tx` goes away — not at
+/// the next item: dropping `inner` then lets its producer close the agent connection, and
+/// the plane guard go, at once.
+async fn next_for<T, U>(tx: &mpsc::Sender<U>, inner: &mut Stream<T>) -> Option<BackendResult<T>> {
+    tokio::select! {
+        item = inner.recv() => item,
+        () = tx.closed() => None,
+    }
 }
 
 /// Free space the host disk must keep for an upload to go on: a sandbox's disk takes its
