@@ -20,6 +20,7 @@ pub mod manager;
 pub mod metrics;
 pub mod runc;
 pub mod snapfile;
+pub mod snapkey;
 pub mod snapshots;
 pub mod store;
 

@@ -6,9 +6,12 @@
 //! entry*: name_len u16 LE, name, data_len u64 LE, data
 //!         ("manifest.json", "layers.artifact", "memory/<file>")
 //! "SFSNAPZ\n", SHA-256 (32 bytes) of all bytes before this trailer
+//! ["SFSNAPS\n", signature (32 bytes) of that SHA-256]   (files written since the key)
 //! ```
 //! Import checks the trailer hash before reading anything else; the block store then
-//! checks every block and layer checksum of the artifact again.
+//! checks every block and layer checksum of the artifact again. The signature is the
+//! exporting daemon's HMAC of the hash (see `crate::snapkey`); whoever imports decides
+//! what an unsigned or foreign file may carry.
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -19,6 +22,19 @@ use sha2::{Digest, Sha256};
 const MAGIC: &[u8; 8] = b"SFSNAP1\n";
 const TRAILER: &[u8; 8] = b"SFSNAPZ\n";
 const TRAILER_LEN: u64 = 8 + 32;
+const SIGNATURE: &[u8; 8] = b"SFSNAPS\n";
+const SIGNATURE_LEN: u64 = 8 + 32;
+
+/// What an import extracted, and what vouches for it.
+#[derive(Debug)]
+pub struct Extracted {
+    /// Entry names in file order.
+    pub names: Vec<String>,
+    /// The SHA-256 of the file's body (checked).
+    pub digest: [u8; 32],
+    /// The exporter's signature of `digest`, if the file carries one (not checked here).
+    pub signature: Option<[u8; 32]>,
+}
 /// Longest entry name.
 const MAX_NAME: usize = 255;
 /// Most entries one file may hold: far above the memory images of a sandbox at its pids
@@ -65,8 +81,13 @@ impl<W: Write> Write for Hashing<W> {
     }
 }
 
-/// Writes `entries` (name, source file) to `out` as a snapshot file.
-pub fn write(out: &Path, entries: &[(String, PathBuf)]) -> Result<u64, SnapfileError> {
+/// Writes `entries` (name, source file) to `out` as a snapshot file, signed with `sign`
+/// (given the body's SHA-256).
+pub fn write(
+    out: &Path,
+    entries: &[(String, PathBuf)],
+    sign: &dyn Fn(&[u8; 32]) -> [u8; 32],
+) -> Result<u64, SnapfileError> {
     let file = File::create(out).map_err(io(out))?;
     let mut w = Hashing {
         inner: BufWriter::new(file),
@@ -88,11 +109,13 @@ pub fn write(out: &Path, entries: &[(String, PathBuf)]) -> Result<u64, SnapfileE
             )));
         }
     }
-    let digest = w.hash.clone().finalize();
+    let digest: [u8; 32] = w.hash.clone().finalize().into();
     let mut inner = w.inner;
     inner
         .write_all(TRAILER)
         .and_then(|()| inner.write_all(&digest))
+        .and_then(|()| inner.write_all(SIGNATURE))
+        .and_then(|()| inner.write_all(&sign(&digest)))
         .and_then(|()| inner.flush())
         .map_err(io(out))?;
     let file = inner.into_inner().map_err(|e| io(out)(e.into_error()))?;
@@ -101,14 +124,17 @@ pub fn write(out: &Path, entries: &[(String, PathBuf)]) -> Result<u64, SnapfileE
 }
 
 /// Checks the file's hash, then extracts its entries into `dir` (which must exist).
-/// Returns the entry names in file order.
-pub fn read(input: &Path, dir: &Path) -> Result<Vec<String>, SnapfileError> {
+pub fn read(input: &Path, dir: &Path) -> Result<Extracted, SnapfileError> {
     let mut f = File::open(input).map_err(io(input))?;
-    let len = f.metadata().map_err(io(input))?.len();
+    let mut len = f.metadata().map_err(io(input))?.len();
     if len < MAGIC.len() as u64 + TRAILER_LEN {
         return Err(invalid("file is too short"));
     }
-    verify_hash(&mut f, input, len - TRAILER_LEN)?;
+    let signature = read_signature(&mut f, input, len)?;
+    if signature.is_some() {
+        len -= SIGNATURE_LEN;
+    }
+    let digest = verify_hash(&mut f, input, len - TRAILER_LEN)?;
     f.seek(SeekFrom::Start(0)).map_err(io(input))?;
     let mut r = BufReader::new(f).take(len - TRAILER_LEN);
     let mut magic = [0u8; 8];
@@ -126,10 +152,33 @@ pub fn read(input: &Path, dir: &Path) -> Result<Vec<String>, SnapfileError> {
         seen.insert(name.clone());
         names.push(name);
     }
-    Ok(names)
+    Ok(Extracted {
+        names,
+        digest,
+        signature,
+    })
 }
 
-fn verify_hash(f: &mut File, input: &Path, body: u64) -> Result<(), SnapfileError> {
+/// The signature at the end of a file of `len` bytes, if it ends with one. (A file without
+/// one ends with the hash trailer, whose magic differs.)
+fn read_signature(f: &mut File, input: &Path, len: u64) -> Result<Option<[u8; 32]>, SnapfileError> {
+    if len < MAGIC.len() as u64 + TRAILER_LEN + SIGNATURE_LEN {
+        return Ok(None);
+    }
+    f.seek(SeekFrom::Start(len - SIGNATURE_LEN))
+        .map_err(io(input))?;
+    let mut tail = [0u8; SIGNATURE_LEN as usize];
+    f.read_exact(&mut tail).map_err(io(input))?;
+    f.seek(SeekFrom::Start(0)).map_err(io(input))?;
+    if &tail[..8] != SIGNATURE {
+        return Ok(None);
+    }
+    let mut sig = [0u8; 32];
+    sig.copy_from_slice(&tail[8..]);
+    Ok(Some(sig))
+}
+
+fn verify_hash(f: &mut File, input: &Path, body: u64) -> Result<[u8; 32], SnapfileError> {
     let mut hash = Sha256::new();
     let copied =
         std::io::copy(&mut (&mut *f).take(body), &mut HashSink(&mut hash)).map_err(io(input))?;
@@ -138,12 +187,13 @@ fn verify_hash(f: &mut File, input: &Path, body: u64) -> Result<(), SnapfileErro
     if copied != body || &trailer[..8] != TRAILER {
         return Err(invalid("missing trailer"));
     }
-    if hash.finalize().as_slice() != &trailer[8..] {
+    let digest: [u8; 32] = hash.finalize().into();
+    if digest[..] != trailer[8..] {
         return Err(invalid(
             "checksum mismatch (the file is corrupt or truncated)",
         ));
     }
-    Ok(())
+    Ok(digest)
 }
 
 struct HashSink<'a>(&'a mut Sha256);
@@ -219,24 +269,35 @@ mod tests {
             ("manifest.json".to_string(), a),
             ("memory/pages-1.img".to_string(), b),
         ];
-        write(&file, &entries).unwrap();
+        write(&file, &entries, &|d| d.map(|b| !b)).unwrap();
         let out = dir.path().join("out");
         std::fs::create_dir(&out).unwrap();
-        let names = read(&file, &out).unwrap();
-        assert_eq!(names, vec!["manifest.json", "memory/pages-1.img"]);
+        let got = read(&file, &out).unwrap();
+        assert_eq!(got.names, vec!["manifest.json", "memory/pages-1.img"]);
+        assert_eq!(got.signature, Some(got.digest.map(|b| !b)));
         assert_eq!(
             std::fs::read(out.join("memory/pages-1.img")).unwrap(),
             vec![7u8; 5000]
         );
         let good = std::fs::read(&file).unwrap();
-        for pos in [0, 9, good.len() / 2, good.len() - 1] {
+        let hash_end = good.len() - SIGNATURE_LEN as usize;
+        for pos in [0, 9, good.len() / 2, hash_end - 1] {
             let mut bad = good.clone();
             bad[pos] ^= 0xff;
             std::fs::write(&file, &bad).unwrap();
             assert!(read(&file, &out).is_err(), "flip at {pos}");
         }
+        // A flipped signature is read as it is; whoever imports checks it against a key.
+        let mut bad = good.clone();
+        bad[good.len() - 1] ^= 0xff;
+        std::fs::write(&file, &bad).unwrap();
+        let got = read(&file, &out).unwrap();
+        assert_ne!(got.signature, Some(got.digest.map(|b| !b)));
         std::fs::write(&file, &good[..good.len() - 10]).unwrap();
         assert!(read(&file, &out).is_err());
+        // Without its signature (as files written before signing) it still reads, unsigned.
+        std::fs::write(&file, &good[..good.len() - SIGNATURE_LEN as usize]).unwrap();
+        assert_eq!(read(&file, &out).unwrap().signature, None);
     }
 
     /// A file of `entries` (name, data), with its trailer.

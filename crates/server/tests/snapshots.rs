@@ -434,3 +434,53 @@ fn memory_checkpoint_refuses_while_a_request_stays_open() {
     let (_, list) = d.client().get(&format!("/v1/snapshots?source={id}"));
     assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
 }
+
+fn import(d: &TestDaemon, file: &[u8]) -> (StatusCode, Value) {
+    let r = d.client().raw(
+        Method::POST,
+        "/v1/snapshots/import",
+        "application/octet-stream",
+        file.to_vec(),
+    );
+    (r.status, r.json())
+}
+
+fn export(d: &TestDaemon, sid: &str) -> Vec<u8> {
+    let reply = d
+        .client()
+        .raw(Method::POST, &format!("/v1/snapshots/{sid}/export"), "", "");
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.body.to_vec()
+}
+
+#[test]
+fn memory_snapshots_import_only_with_the_exporters_key() {
+    let a = TestDaemon::start();
+    let b = TestDaemon::start();
+    let src = a.create(json!({"memory_mb": 64}));
+    a.sh(&src, "echo from-a > /a.txt");
+    let mem = export(&a, checkpoint(&a, &src, "memory")["id"].as_str().unwrap());
+    let fs = export(
+        &a,
+        checkpoint(&a, &src, "filesystem")["id"].as_str().unwrap(),
+    );
+
+    let (s, v) = import(&b, &mem);
+    assert_error(s, &v, 400, "invalid_argument");
+    assert!(v["message"].as_str().unwrap().contains("not signed"), "{v}");
+    // Without its signature (as a forger would have to send it) it is refused too.
+    let (s, _) = import(&b, &mem[..mem.len() - 40]);
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    // A filesystem snapshot carries no memory images and needs no signature.
+    let (s, v) = import(&b, &fs);
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (_, list) = b.client().get("/v1/snapshots?type=memory");
+    assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
+
+    // Given A's key, B trusts A's exports.
+    std::fs::copy(a.data.join("snapshot.key"), b.data.join("snapshot.key")).unwrap();
+    let (s, v) = import(&b, &mem);
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let child = b.create(json!({"snapshot_id": v["id"]}));
+    assert_eq!(out(&b.sh(&child, "cat /a.txt")), "from-a");
+}

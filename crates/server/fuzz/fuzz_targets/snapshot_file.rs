@@ -59,8 +59,8 @@ fuzz_target!(|data: &[u8]| {
     std::fs::create_dir(&out).expect("create extraction dir");
     let bytes = file_bytes(data);
     std::fs::write(&file, &bytes).expect("write input");
-    if let Ok(names) = snapfile::read(&file, &out) {
-        assert!(names.iter().all(|n| snapfile::valid_name(n)));
+    if let Ok(got) = snapfile::read(&file, &out) {
+        assert!(got.names.iter().all(|n| snapfile::valid_name(n)));
     }
     assert!(extracted_bytes(&out) <= bytes.len() as u64);
     let escaped: Vec<_> = std::fs::read_dir(root)

@@ -7,6 +7,7 @@ use crate::api::types::CreateSandbox;
 use crate::backend::BootSpec;
 use crate::error::{Error, Result};
 use crate::snapfile;
+use crate::snapkey::{self, SnapshotKey};
 use crate::snapshots::{
     new_snapshot_id, valid_snapshot_id, Snapshot, SnapshotRecord, SnapshotType,
 };
@@ -40,6 +41,11 @@ impl Manager {
         self.config.data_dir.join("tmp").join("snapshot-transfer")
     }
 
+    /// The key exports are signed with and memory images must be signed with on import.
+    fn snapshot_key(&self) -> Result<SnapshotKey> {
+        SnapshotKey::load_or_create(&self.config.data_dir.join(snapkey::FILE)).map_err(host)
+    }
+
     fn scratch(&self, prefix: &str) -> Result<Scratch> {
         let dir = self.transfer_dir().join(unique(prefix));
         std::fs::create_dir_all(&dir).map_err(host)?;
@@ -68,7 +74,8 @@ impl Manager {
         }
         let out = self.transfer_dir().join(unique(&format!("{id}.sfs")));
         let out2 = out.clone();
-        tokio::task::spawn_blocking(move || snapfile::write(&out2, &entries))
+        let key = self.snapshot_key()?;
+        tokio::task::spawn_blocking(move || snapfile::write(&out2, &entries, &|d| key.sign(d)))
             .await
             .map_err(host)?
             .map_err(host)?;
@@ -81,10 +88,11 @@ impl Manager {
         self.check_open()?;
         let work = self.scratch("import")?;
         let (file, dir) = (file.to_path_buf(), work.0.clone());
-        tokio::task::spawn_blocking(move || snapfile::read(&file, &dir))
+        let got = tokio::task::spawn_blocking(move || snapfile::read(&file, &dir))
             .await
             .map_err(host)?
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.check_signed(&got)?;
         let bad = |m: String| Error::InvalidArgument(format!("Not a valid snapshot file: {m}"));
         let manifest = std::fs::read(work.0.join(MANIFEST)).map_err(|e| bad(e.to_string()))?;
         let mut rec: SnapshotRecord =
@@ -114,6 +122,25 @@ impl Manager {
         }
         tracing::info!(snapshot = %rec.view.id, "snapshot imported");
         Ok(rec.view)
+    }
+
+    /// Memory images are restored by CRIU as root: only a file signed with this daemon's
+    /// key may carry them. A filesystem snapshot needs no signature (its blocks are
+    /// checked, and only its own sandbox sees them).
+    fn check_signed(&self, got: &snapfile::Extracted) -> Result<()> {
+        if !got.names.iter().any(|n| n.starts_with("memory/")) {
+            return Ok(());
+        }
+        let key = self.snapshot_key()?;
+        if got.signature.is_some_and(|s| key.signed(&got.digest, &s)) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "Snapshot file refused: its memory images are not signed with this daemon's \
+             snapshot key ({}); memory snapshots are accepted only from hosts that share \
+             that key file",
+            self.config.data_dir.join(snapkey::FILE).display()
+        )))
     }
 
     async fn place_import(&self, rec: &mut SnapshotRecord, work: &Path, dir: &Path) -> Result<()> {
