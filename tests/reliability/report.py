@@ -8,7 +8,7 @@ from typing import Dict, List
 
 KINDS = OrderedDict(
     [
-        ("daemon killed", "The daemon killed with SIGKILL at random points of create, exec, checkpoint, fork, suspend, resume, snapshot delete and image build: after a restart every snapshot reported complete restores, none that was not is visible, nothing is leaked."),
+        ("daemon killed", "The daemon killed with SIGKILL at random points of create, exec, checkpoint, fork, suspend, resume, snapshot delete, export, import and image build: after a restart every snapshot reported complete restores, none that was not is visible, nothing is leaked."),
         ("sandbox parts killed", "A sandbox's processes, its agent or its FUSE disk server killed: the daemon reports the sandbox failed with the reason and cleans up; other sandboxes carry on."),
         ("host disk full", "The host disk full during a checkpoint, an upload or an image build: a clear error, the source sandbox still running, no partial snapshot, the space released."),
         ("load", "Many sandboxes created, exec'd and destroyed from many client threads: every result correct, the daemon's memory flat, nothing leaked."),

@@ -9,11 +9,13 @@ measured duration, restarts it on the same data dir and checks that:
   process held only in memory); none appears that no checkpoint could have made;
 - no snapshot directory exists that no listed snapshot (or suspended sandbox) owns;
 - every sandbox is running and answers exec, is suspended, or failed cleanly;
-- nothing of the sandboxes that are not live is left on the host.
+- nothing of the sandboxes that are not live is left on the host;
+- an export cut short leaves nothing in the daemon's scratch space, and a file it reported
+  written imports and restores; an import cut short is either listed whole or not at all.
 
 In a quarter of the rounds the restarted daemon is killed once more during its recovery.
 ``SANDFORK_FAULT_SEED`` picks operations and delays (default 7); ``SANDFORK_FAULT_ROUNDS``
-is the number of kills (default 40: each of the ten operations four times).
+is the number of kills (default 40: spread over the twelve operations).
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import shutil
+import tempfile
 import threading
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -33,7 +38,8 @@ from sandfork import Client, Sandbox, SandforkError, Snapshot
 
 SEED = int(os.environ.get("SANDFORK_FAULT_SEED", "7"))
 ROUNDS = int(os.environ.get("SANDFORK_FAULT_ROUNDS", "40"))
-OPS = ["create", "exec", "checkpoint filesystem", "checkpoint memory", "fork", "suspend", "resume", "snapshot delete", "image build", "terminate"]
+OPS = ["create", "exec", "checkpoint filesystem", "checkpoint memory", "fork", "suspend", "resume", "snapshot delete",
+       "snapshot export", "snapshot import", "image build", "terminate"]  # fmt: skip
 MEMORY_MB = 128
 SETTLE_SECS = 30.0
 # The share of rounds in which the restarted daemon is killed again while it recovers.
@@ -93,6 +99,7 @@ class KillLoop:
         self.restarts: List[float] = []
         self.src = self.holder("k9-src")
         self.sus = self.holder("k9-sus")
+        self.files = Path(tempfile.mkdtemp(prefix="sfk9-files-"))
 
     # --- sandboxes holding a file and an in-memory value ---------------------------
 
@@ -153,6 +160,15 @@ class KillLoop:
         if op == "snapshot delete":
             sid = self.take("filesystem")
             return Pending(op, lambda: Snapshot.delete_by_id(sid, client=self.c), {"snapshot": sid})
+        if op == "snapshot export":
+            sid = self.memory_snapshot()
+            path = self.files / f"export-{self.round}.sfs"
+            return Pending(op, lambda: Snapshot.get(sid, client=self.c).export(path), {"file": path, "of": self.expect[sid]})
+        if op == "snapshot import":
+            sid = self.memory_snapshot()
+            path = self.files / f"import-{self.round}.sfs"
+            Snapshot.get(sid, client=self.c).export(path)
+            return Pending(op, lambda: Snapshot.import_(path, client=self.c).id, {"expect": self.expect[sid]})
         if op == "image build":
             name = f"k9img{self.round}"
             return Pending(op, lambda: self.build_image(name), {"image": name})
@@ -269,9 +285,11 @@ class KillLoop:
         ok = p.done and p.error is None
         if p.op == "exec" and ok and p.result != p.context["token"]:
             problems.append(f"exec answered {p.result!r}")
-        if p.op.startswith("checkpoint") and ok:
+        if (p.op.startswith("checkpoint") or p.op == "snapshot import") and ok:
             self.expect[p.result] = p.context["expect"]
             self.complete.add(p.result)
+        if p.op == "snapshot export":
+            self.check_export(p, ok, problems)
         if p.op == "fork" and ok and "expect" in p.context:
             self.expect[p.result[0]] = p.context["expect"]
             self.complete.add(p.result[0])
@@ -289,6 +307,19 @@ class KillLoop:
         if p.op == "resume" and ok:
             problem = self.shows(self.sus, *self.holders[self.sus.id])
             problems += [problem] if problem else []
+
+    def check_export(self, p: Pending, ok: bool, problems: List[str]) -> None:
+        """A reported export imports (and is then a snapshot like any other); a cut-short
+        one left no file, not even a partial one."""
+        path: Path = p.context["file"]
+        problems += [f"a partial export was left: {x.name}" for x in self.files.glob(f".{path.name}.*")]
+        if not ok:
+            problems += [f"a cut-short export left {path}"] if path.exists() else []
+            return
+        sid = Snapshot.import_(path, client=self.c).id
+        self.expect[sid] = p.context["of"]
+        self.complete.add(sid)
+        path.unlink()
 
     def check_children(self, p: Pending, problems: List[str]) -> None:
         sid, children, errors = p.result
@@ -320,6 +351,8 @@ class KillLoop:
     # --- the state after a restart -------------------------------------------------
 
     def check_all(self, problems: List[str], p: Pending) -> None:
+        scratch = self.d.data_dir / "tmp" / "snapshot-transfer"
+        problems += [f"transfer scratch left after a restart: {x.name}" for x in (scratch.iterdir() if scratch.is_dir() else [])]
         self.check_snapshots(problems, p)
         live = self.check_sandboxes(problems)
         problems += [f"leaked: {x}" for x in leaks_except(self.d, live)]
@@ -436,12 +469,13 @@ class KillLoop:
         assert not problems, problems
         for info in Sandbox.list(client=self.c):
             Sandbox(info.id, client=self.c).terminate()
+        shutil.rmtree(self.files, ignore_errors=True)
         self.faults.leaks(leaks_except(self.d, []))  # the census, and address leases
 
 
 @pytest.mark.fault("daemon killed")
 def test_daemon_killed_during_every_operation(faults: Faults) -> None:
-    """The daemon killed with SIGKILL during create, exec, checkpoints, fork, suspend, resume, snapshot delete, image build and terminate (seeded)."""
+    """The daemon killed with SIGKILL during create, exec, checkpoints, fork, suspend, resume, snapshot delete, export and import, image build and terminate (seeded)."""
     d = new_daemon()
     loop: Optional[KillLoop] = None
     try:

@@ -113,6 +113,8 @@ class Recorder:
         self.requests: List[Tuple[str, str, dict, bytes]] = []
         self.reply: Tuple[int, str, bytes] = (200, "application/json", b"{}")
         self.chunks: List[bytes] = []
+        # Bytes the Content-Length promises beyond the body; the connection then closes.
+        self.short_by = 0
 
 
 def _handler(recorder: Recorder) -> type:
@@ -144,9 +146,10 @@ def _handler(recorder: Recorder) -> type:
                 for chunk in recorder.chunks + [b""]:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 return
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(body) + recorder.short_by))
             self.end_headers()
             self.wfile.write(body)
+            self.close_connection = recorder.short_by > 0
 
         do_GET = do_POST = do_PUT = do_DELETE = _serve
 
@@ -295,6 +298,14 @@ def test_stream_cut_short_raises_connection_error(served: Tuple[Client, Recorder
     rec.chunks = _ndjson({"type": "stdout", "data": "x"})
     with pytest.raises(sandfork.ConnectionError, match="without an exit record"):
         OutputStream(client.open("GET", "/x", unbounded=True)).wait()
+
+
+def test_body_cut_short_of_its_length_raises_connection_error(served: Tuple[Client, Recorder]) -> None:
+    client, rec = served
+    rec.reply = (200, "application/octet-stream", b"x" * 1000)
+    rec.short_by = 500
+    with pytest.raises(sandfork.ConnectionError, match="broke"):
+        b"".join(client.open("POST", "/x", unbounded=True).iter_chunks(300))
 
 
 # --- decoding ----------------------------------------------------------------------

@@ -164,9 +164,15 @@ class StreamResponse:
 
     def _read(self, size: Optional[int]) -> bytes:
         try:
-            return self._resp.read(size) if size is not None else self._resp.read()
+            data = self._resp.read(size) if size is not None else self._resp.read()
         except (OSError, http.client.HTTPException) as e:
             raise _broken(self._where, e) from e
+        # http.client ends a body cut short of its Content-Length with b"" rather than an
+        # error (for compatibility); a daemon that died mid-body must not look like an end.
+        missing = self._resp.length
+        if (not data or size is None) and missing:
+            raise _broken(self._where, http.client.IncompleteRead(data, missing))
+        return data
 
 
 class Client:
