@@ -2,12 +2,14 @@
 //! block-store artifact and its memory images, with a SHA-256 over everything.
 //!
 //! ```text
-//! "SFSNAP1\n"
+//! "SFSNAP2\n"                                             (the format's version)
 //! entry*: name_len u16 LE, name, data_len u64 LE, data
 //!         ("manifest.json", "layers.artifact", "memory/<file>")
 //! "SFSNAPZ\n", SHA-256 (32 bytes) of all bytes before this trailer
-//! ["SFSNAPS\n", signature (32 bytes) of that SHA-256]   (files written since the key)
+//! "SFSNAPS\n", signature (32 bytes) of that SHA-256
 //! ```
+//! Version 1 files ("SFSNAP1\n", written before exports were signed) are the same without
+//! the signature and still read; a version 2 file must end with its signature.
 //! Import checks the trailer hash before reading anything else; the block store then
 //! checks every block and layer checksum of the artifact again. The signature is the
 //! exporting daemon's HMAC of the hash (see `crate::snapkey`); whoever imports decides
@@ -19,7 +21,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-const MAGIC: &[u8; 8] = b"SFSNAP1\n";
+const MAGIC: &[u8; 8] = b"SFSNAP2\n";
+/// The version before the signature trailer.
+const MAGIC_V1: &[u8; 8] = b"SFSNAP1\n";
 const TRAILER: &[u8; 8] = b"SFSNAPZ\n";
 const TRAILER_LEN: u64 = 8 + 32;
 const SIGNATURE: &[u8; 8] = b"SFSNAPS\n";
@@ -139,8 +143,14 @@ pub fn read(input: &Path, dir: &Path) -> Result<Extracted, SnapfileError> {
     let mut r = BufReader::new(f).take(len - TRAILER_LEN);
     let mut magic = [0u8; 8];
     r.read_exact(&mut magic).map_err(io(input))?;
-    if &magic != MAGIC {
-        return Err(invalid("wrong magic"));
+    match (&magic, signature.is_some()) {
+        (MAGIC, true) | (MAGIC_V1, false) => {}
+        (MAGIC, false) => return Err(invalid("its signature trailer is missing")),
+        _ => {
+            return Err(invalid(
+                "wrong magic (not a snapshot file, or a newer version)",
+            ))
+        }
     }
     let mut names = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -295,14 +305,15 @@ mod tests {
         assert_ne!(got.signature, Some(got.digest.map(|b| !b)));
         std::fs::write(&file, &good[..good.len() - 10]).unwrap();
         assert!(read(&file, &out).is_err());
-        // Without its signature (as files written before signing) it still reads, unsigned.
+        // Without its signature a version 2 file is refused.
         std::fs::write(&file, &good[..good.len() - SIGNATURE_LEN as usize]).unwrap();
-        assert_eq!(read(&file, &out).unwrap().signature, None);
+        let err = read(&file, &out).unwrap_err().to_string();
+        assert!(err.contains("signature trailer is missing"), "{err}");
     }
 
-    /// A file of `entries` (name, data), with its trailer.
+    /// A version 1 file of `entries` (name, data), with its trailer.
     fn file_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut body = MAGIC.to_vec();
+        let mut body = MAGIC_V1.to_vec();
         for (name, data) in entries {
             body.extend_from_slice(&(name.len() as u16).to_le_bytes());
             body.extend_from_slice(name.as_bytes());
@@ -311,6 +322,16 @@ mod tests {
         }
         let digest = Sha256::digest(&body);
         [&body[..], TRAILER, &digest[..]].concat()
+    }
+
+    #[test]
+    fn version_1_files_read_unsigned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, out) = (dir.path().join("f.sfs"), dir.path().join("out"));
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(&file, file_of(&[("manifest.json", b"{}")])).unwrap();
+        let got = read(&file, &out).unwrap();
+        assert_eq!((got.names.len(), got.signature), (1, None));
     }
 
     #[test]
