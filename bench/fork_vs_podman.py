@@ -23,28 +23,26 @@ def version(cmd):
 
 BASELINE = (f"podman {version(['podman', '--version'])} + CRIU {version(['criu', '--version'])},"
             " --compress none, 4 at a time")
-# sandfork name pattern → (podman name, target of the podman comparison)
+# sandfork row name → podman row name; the target of the comparison, if it has one.
 PAIRS = [
-    (r"memory checkpoint, python holding (\d+) MB", "memory checkpoint, python {mb} MB", None),
-    (r"warm restore → first exec, python (\d+) MB", "restore → first exec, python {mb} MB",
-     "≤ 0.5× podman"),
-    (r"fork fan-out ×(\d+) (total|per child), python (\d+) MB",
-     "fan-out ×{n} {kind}, python {mb} MB", None),
+    (r"memory checkpoint, python holding (?P<mb>\d+) MB", "memory checkpoint, python {mb} MB"),
+    (r"warm restore → first exec, python (?P<mb>\d+) MB", "restore → first exec, python {mb} MB"),
+    (r"fork fan-out ×(?P<n>\d+) (?P<kind>total|per child), python (?P<mb>\d+) MB",
+     "fan-out ×{n} {kind}, python {mb} MB"),
 ]
+TARGETS = {
+    "warm restore → first exec": "≤ 0.5× podman",
+    "fork fan-out ×32 total": "≥ 2× podman throughput (ratio ≤ 0.5)",
+}
 
 
 def counterpart(name):
     """The podman row name and target for a sandfork row name, or None."""
-    for pattern, podman, target in PAIRS:
+    for pattern, podman in PAIRS:
         m = re.fullmatch(pattern, name)
-        if not m:
-            continue
-        if pattern.startswith("fork fan-out"):
-            n, kind, mb = m.groups()
-            if n == "32" and kind == "total":
-                target = "≥ 2× podman throughput (ratio ≤ 0.5)"
-            return podman.format(n=n, kind=kind, mb=mb), target
-        return podman.format(mb=m.group(1)), target
+        if m:
+            target = next((t for prefix, t in TARGETS.items() if name.startswith(prefix)), None)
+            return podman.format(**m.groupdict()), target
     return None
 
 

@@ -129,7 +129,17 @@ def expect_507(call) -> tuple:
     return False, "it succeeded"
 
 
-def usable(sb: Sandbox, path: str, content: str) -> List[str]:
+# A file every test's sandbox holds before the disk fills, and must still hold after.
+PRECIOUS = ("/root/data", "precious\n")
+
+
+def sandbox_with_precious_file(c: Client) -> Sandbox:
+    sb = Sandbox.create(client=c)
+    sb.write_file(*PRECIOUS)
+    return sb
+
+
+def usable(sb: Sandbox, path: str = PRECIOUS[0], content: str = PRECIOUS[1]) -> List[str]:
     problems = []
     if str(sb.status) != "running":
         problems.append(f"sandbox is {sb.status}")
@@ -155,8 +165,7 @@ def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
     """Memory and filesystem checkpoints with the host disk full: 507, source still running, no snapshot, space released, a checkpoint succeeds after."""
     d, fs = full_daemon
     c = client_of(d)
-    sb = Sandbox.create(client=c)
-    sb.write_file("/root/data", "precious\n")
+    sb = sandbox_with_precious_file(c)
     # 24 MiB in the sandbox's memory (its /dev/shm tmpfs) for CRIU to dump.
     sb.run("dd", ["if=/dev/urandom", "of=/dev/shm/blob", "bs=1M", "count=24"])
     sb.start_process("sleep", ["3600"])
@@ -172,7 +181,7 @@ def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
         kind_left = f"{kind} checkpoint with the host disk full ({leave >> 10} KiB left)"
         ok, detail = expect_507(lambda: sb.checkpoint(checkpoint_type=kind))
         faults.injected(f"{kind_left}: 507", ok, detail)
-        problems = usable(sb, "/root/data", "precious\n")
+        problems = usable(sb)
         faults.injected(f"{kind_left}: source still running and usable", not problems, "; ".join(problems))
         snaps = Snapshot.list(client=c)
         leftover = sorted(os.listdir(d.data_dir / "snapshots")) if (d.data_dir / "snapshots").exists() else []
@@ -183,7 +192,7 @@ def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
     try:
         snap = sb.checkpoint(checkpoint_type="memory")
         restored = Sandbox.create(client=c, snapshot_id=snap.id)
-        ok = restored.run("cat", ["/root/data"]).stdout == "precious\n"
+        ok = restored.run("cat", [PRECIOUS[0]]).stdout == PRECIOUS[1]
         restored.terminate()
         snap.delete()
         faults.verified_snapshot()
@@ -199,8 +208,7 @@ def test_upload_on_a_full_disk(full_daemon, faults) -> None:
     """An upload with the host disk full, and one larger than the sandbox's own disk: 507, no partial file, the sandbox usable."""
     d, fs = full_daemon
     c = client_of(d)
-    sb = Sandbox.create(client=c)
-    sb.write_file("/root/data", "precious\n")
+    sb = sandbox_with_precious_file(c)
     ok, detail = expect_507(lambda: sb.write_file("/root/too-big", os.urandom(1 << 10) * (1 << 10) * (sb.info().disk_mb + 64)))
     faults.injected("upload larger than the sandbox's own disk: 507", ok, detail)
     gone = sb.run("ls", ["/root"]).stdout.split()
@@ -212,7 +220,7 @@ def test_upload_on_a_full_disk(full_daemon, faults) -> None:
     ok, detail = expect_507(lambda: sb.write_file("/root/upload", blob))
     faults.injected("upload with the host disk full: 507", ok, detail)
     fs.unfill()
-    problems = usable(sb, "/root/data", "precious\n")
+    problems = usable(sb)
     faults.injected("upload with the host disk full: sandbox still usable", not problems, "; ".join(problems))
     listing = sb.run("ls", ["/root"]).stdout.split()
     faults.injected("upload with the host disk full: no partial file", "upload" not in listing, f"/root holds {listing}")
