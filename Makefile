@@ -2,12 +2,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= python3
-TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
-# The in-sandbox agent runs on images without a C library, so it is linked statically.
-HOST_TARGET := x86_64-unknown-linux-gnu
-STATIC := CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
-
-export SANDFORK_AGENT_BIN ?= $(TARGET_DIR)/$(HOST_TARGET)/debug/sandfork-agent
+# The `sandfork` binary carries everything it needs: the statically linked in-sandbox agent
+# is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
+# itself started as `sandfork-disk`.
 
 .PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork
 
@@ -16,11 +13,9 @@ setup:
 
 build: setup
 	$(CARGO) build --workspace --bins
-	$(STATIC) $(CARGO) build -p sandfork-agent --target $(HOST_TARGET)
 
 build-release: setup
 	$(CARGO) build --release --workspace --bins
-	$(STATIC) $(CARGO) build --release -p sandfork-agent --target $(HOST_TARGET)
 
 demo: build-release
 	@scripts/demo

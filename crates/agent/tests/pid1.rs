@@ -146,9 +146,9 @@ async fn sigterm_to_pid1_stops_everything() {
     assert!(status.success(), "{status:?}");
 }
 
-/// A root filesystem with nothing but static busybox and the static agent, as in the
-/// smallest sandbox image.
-fn busybox_root(agent: &Path) -> tempfile::TempDir {
+/// A root filesystem with nothing but static busybox and the static agent (the one the
+/// host binaries embed), as in the smallest sandbox image.
+fn busybox_root() -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
     for d in ["bin", "run/sandfork", "etc", "tmp"] {
@@ -158,18 +158,19 @@ fn busybox_root(agent: &Path) -> tempfile::TempDir {
     for applet in ["sh", "echo", "id", "cat", "ls"] {
         std::os::unix::fs::symlink("busybox", r.join("bin").join(applet)).unwrap();
     }
-    std::fs::copy(agent, r.join("sandfork-agent")).unwrap();
+    let agent = r.join("sandfork-agent");
+    std::fs::write(&agent, agent_embed::AGENT).unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     root
 }
 
 #[tokio::test]
 async fn static_agent_runs_without_a_c_library() {
-    let agent = common::static_agent_path();
-    if !agent.exists() || !Path::new("/bin/busybox").exists() {
-        eprintln!("static agent or busybox-static missing (make build, scripts/setup); skipping");
-        return;
-    }
-    let root = busybox_root(&agent);
+    assert!(
+        Path::new("/bin/busybox").exists(),
+        "busybox-static is missing (scripts/setup installs it)"
+    );
+    let root = busybox_root();
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", "--kill-child", "chroot"])
         .arg(root.path())

@@ -138,12 +138,18 @@ pub struct ServeArgs {
     pub max_sandboxes: Option<u32>,
     #[arg(long)]
     pub max_memory_mb: Option<u64>,
+    /// Image of sandboxes created without one (default python).
+    #[arg(long)]
+    pub default_image: Option<String>,
+    /// Seconds a create waits for room on a full host before 429 (default 30).
+    #[arg(long)]
+    pub admission_wait_secs: Option<u64>,
 }
 
 /// Resources and settings of a new sandbox.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxOpts {
-    /// Image name (default busybox).
+    /// Image name (default: the daemon's default image, python; built on first use).
     #[arg(long)]
     pub image: Option<String>,
     /// CPU cores (default 1).

@@ -22,8 +22,17 @@ fn quiet_on_closed_stdout() {
     }
 }
 
-/// Runs the command line and returns the process exit code.
+/// Runs the command line and returns the process exit code. Started as `sandfork-disk`
+/// (by the daemon, for a disk server), the binary is the disk-server command instead: one
+/// binary carries the whole host side.
 pub fn main() -> i32 {
+    let exe = std::env::args_os().next().map(std::path::PathBuf::from);
+    if exe.as_deref().and_then(|p| p.file_name()) == Some("sandfork-disk".as_ref()) {
+        return disk::cli::main();
+    }
+    // This very binary (even once an upgrade replaced its file): disk servers are always
+    // the daemon's own build.
+    disk::use_server_binary("/proc/self/exe".into());
     let args = Args::parse();
     if !matches!(args.command, args::Command::Serve(_)) {
         quiet_on_closed_stdout();

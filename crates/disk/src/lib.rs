@@ -11,6 +11,7 @@
 //! See `docs/disk-path.md`.
 
 mod cleanup;
+pub mod cli;
 pub mod control;
 mod error;
 pub mod ext4;
@@ -24,7 +25,9 @@ pub mod server;
 pub use cleanup::{cleanup_stale, server_answers, CleanupReport};
 pub use error::{Error, Result};
 pub use ext4::build_ext4_image;
-pub use mounted::{server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes};
+pub use mounted::{
+    server_binary, use_server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes,
+};
 
 /// An error and its sources on one line, for logs and wire messages.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -309,11 +310,23 @@ fn wait_exit(pid: i32, limit: Duration) -> bool {
     }
 }
 
-/// The `sandfork-disk` binary: `SANDFORK_DISK_BIN`, else next to the current
-/// executable, else one directory up (tests run from `target/*/deps`).
+static SERVER_BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Names the binary that runs [`crate::cli`] when started as `sandfork-disk` (a binary
+/// that carries the disk server, such as `sandfork` itself). Set once, at start.
+pub fn use_server_binary(path: PathBuf) {
+    let _ = SERVER_BINARY.set(path);
+}
+
+/// The binary started for disk servers: `SANDFORK_DISK_BIN`, else the one given to
+/// [`use_server_binary`], else `sandfork-disk` next to the current executable or one
+/// directory up (tests run from `target/*/deps`).
 pub fn server_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("SANDFORK_DISK_BIN") {
         return PathBuf::from(p);
+    }
+    if let Some(p) = SERVER_BINARY.get() {
+        return p.clone();
     }
     let exe = std::env::current_exe().unwrap_or_default();
     let dir = exe.parent().unwrap_or(Path::new("."));
@@ -335,7 +348,9 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
     .map_err(Error::sys("set close-on-exec"))?;
     let bin = server_binary();
     let mut cmd = Command::new(&bin);
-    cmd.arg("serve");
+    // The name the server runs under: `sandfork` dispatches on it, and cleanup finds
+    // disk servers by it (mounts::server_dir_of).
+    cmd.arg0("sandfork-disk").arg("serve");
     if !opts.direct_io {
         cmd.arg("--buffered");
     }

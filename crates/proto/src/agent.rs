@@ -17,7 +17,7 @@ pub use messages::*;
 
 /// Version of the wire format. Any change to the encoding of any [`Message`] bumps it (and
 /// adds a new schema fixture); see `docs/agent-protocol.md`.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Largest payload a frame may carry, in either direction.
 pub const MAX_FRAME: usize = 4 << 20;

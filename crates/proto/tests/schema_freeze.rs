@@ -40,6 +40,26 @@ fn identity() -> Identity {
     }
 }
 
+fn restart_policy() -> RestartPolicy {
+    RestartPolicy {
+        when: RestartWhen::OnFailure,
+        max_restarts: Some(3),
+        initial_backoff_ms: 500,
+        max_backoff_ms: 30_000,
+    }
+}
+
+fn health_check() -> HealthCheck {
+    HealthCheck {
+        probe: HealthProbe::Http { path: "/".into() },
+        port: 8080,
+        initial_delay_ms: 5000,
+        interval_ms: 1000,
+        timeout_ms: 500,
+        failure_threshold: 3,
+    }
+}
+
 fn exit() -> ExitInfo {
     ExitInfo {
         status: ExitStatus::Signal {
@@ -70,6 +90,8 @@ fn request_name(r: &Request) -> &'static str {
         Request::Remove { .. } => "Request::Remove",
         Request::Mkdir { .. } => "Request::Mkdir",
         Request::SetIdentity(_) => "Request::SetIdentity",
+        Request::Restart { .. } => "Request::Restart",
+        Request::Stop { .. } => "Request::Stop",
     }
 }
 
@@ -98,9 +120,16 @@ fn requests() -> Vec<Request> {
     vec![
         Request::Hello,
         Request::Exec(exec_request()),
-        Request::Spawn(ExecRequest {
-            stdin: StdinMode::Stream,
-            ..exec_request()
+        Request::Spawn(SpawnRequest {
+            exec: ExecRequest {
+                stdin: StdinMode::Stream,
+                ..exec_request()
+            },
+            name: Some("web".into()),
+            stdout: OutputMode::Capture,
+            stderr: OutputMode::Discard,
+            restart: Some(restart_policy()),
+            health: Some(health_check()),
         }),
         Request::ListProcesses,
         Request::Attach {
@@ -145,6 +174,8 @@ fn requests() -> Vec<Request> {
             mode: None,
         },
         Request::SetIdentity(identity()),
+        Request::Restart { id: 7 },
+        Request::Stop { id: 7 },
     ]
 }
 
@@ -155,7 +186,7 @@ fn samples() -> Vec<Message> {
         Message::Eof,
         Message::Hello(HelloInfo {
             agent_version: "0.1.0".into(),
-            protocol_version: 1,
+            protocol_version: 2,
             uptime_ms: 1234,
             boot_id: "00ff".into(),
             pid: 1,
@@ -191,6 +222,19 @@ fn samples() -> Vec<Message> {
             stdout_len: 5,
             stderr_len: 0,
             stdin_open: false,
+            name: Some("web".into()),
+            ended_unix_ms: Some(1_700_000_000_500),
+            managed: Some(ManagedInfo {
+                status: ManagedStatus::BackingOff,
+                restart_count: 2,
+                restart: Some(restart_policy()),
+                health: Some(health_check()),
+                health_status: HealthStatus::Unhealthy,
+                consecutive_health_failures: 3,
+                last_exit: Some((exit(), 1_700_000_000_400)),
+                last_error: Some("x".into()),
+                next_restart_unix_ms: Some(1_700_000_001_000),
+            }),
         }]),
         Message::Written { bytes: 1 << 30 },
         Message::DirEntries(vec![DirEntry {
@@ -252,8 +296,8 @@ fn every_variant_has_a_sample() {
     assert_eq!(names.len(), samples().len(), "one sample per variant");
     assert_eq!(
         names.len(),
-        15 + 16 - 1,
-        "14 non-request variants + 16 requests"
+        15 + 18 - 1,
+        "14 non-request variants + 18 requests"
     );
 }
 
@@ -280,4 +324,5 @@ fn wire_format_matches_fixture() {
 #[test]
 fn preamble_is_frozen() {
     assert_eq!(Preamble { version: 1 }.to_bytes(), *b"SFAG\x01\x00");
+    assert_eq!(Preamble { version: 2 }.to_bytes(), *b"SFAG\x02\x00");
 }

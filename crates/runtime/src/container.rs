@@ -26,12 +26,13 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Defaults for `data_dir`, with the agent found by [`crate::agent_binary`].
+    /// Defaults for `data_dir`, with the agent from [`crate::agent_binary`].
     pub fn new(data_dir: impl Into<PathBuf>) -> Result<Self> {
+        let data_dir = data_dir.into();
         Ok(RuntimeConfig {
-            data_dir: data_dir.into(),
+            agent_bin: crate::agent_binary(&data_dir)?,
+            data_dir,
             net: NetConfig::default(),
-            agent_bin: crate::agent_binary()?,
             ready_timeout: Duration::from_secs(10),
         })
     }
@@ -112,6 +113,31 @@ impl Inner {
             self.host.disk_thaw(&record.names.disk)?;
         }
         Ok(self.handle(&record))
+    }
+
+    fn set_egress(
+        &self,
+        id: &str,
+        allow_out: Vec<crate::Cidr>,
+        deny_out: Vec<crate::Cidr>,
+    ) -> Result<()> {
+        let ctx = self.ctx();
+        let mut record = lifecycle::load(&ctx, id)?;
+        let (Some(alloc), crate::NetworkMode::Internet { .. }) =
+            (&record.net, &record.spec.network)
+        else {
+            return Err(Error::Unsupported(format!(
+                "sandbox {id} has no network of its own (created without internet access)"
+            )));
+        };
+        self.host.nft_apply(&crate::net::sandbox_rules_replace(
+            alloc, &allow_out, &deny_out,
+        ))?;
+        record.spec.network = crate::NetworkMode::Internet {
+            allow_out,
+            deny_out,
+        };
+        record.save(&self.layout.sandbox(id).record())
     }
 
     /// The file-only probe, confirmed by runc before an agent is called dead: runc checks
@@ -235,6 +261,17 @@ impl Runtime for ContainerRuntime {
 
     async fn cleanup_stale(&self) -> Result<Vec<String>> {
         self.blocking(|i| crate::stale::cleanup(&i.ctx())).await
+    }
+
+    async fn set_egress(
+        &self,
+        id: &str,
+        allow_out: Vec<crate::Cidr>,
+        deny_out: Vec<crate::Cidr>,
+    ) -> Result<()> {
+        let id = id.to_string();
+        self.blocking(move |i| i.set_egress(&id, allow_out, deny_out))
+            .await
     }
 
     async fn liveness(&self, id: &str) -> Result<crate::Liveness> {

@@ -29,12 +29,15 @@ pub enum Error {
     },
     #[error("Network address pool is exhausted")]
     PoolExhausted,
+    /// The sandbox cannot do this (e.g. change the egress of a sandbox without network).
+    #[error("{0}")]
+    Unsupported(String),
     #[error("Disk operation failed")]
     Disk(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("Agent did not become ready: {0}")]
     Agent(String),
-    #[error("Agent binary not found (set SANDFORK_AGENT_BIN)")]
-    NoAgentBinary,
+    #[error("SANDFORK_AGENT_BIN names {0}, which is not a statically linked executable")]
+    NoAgentBinary(PathBuf),
     #[error("Image build failed: {0}")]
     Image(String),
     #[error("Checkpoint failed: {0}")]

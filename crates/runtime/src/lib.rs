@@ -95,6 +95,9 @@ pub trait Runtime: Send + Sync {
     async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
     /// Removes what dead sandboxes left behind; returns their ids.
     async fn cleanup_stale(&self) -> Result<Vec<String>>;
+    /// Replaces the egress lists of a running sandbox with `internet` (effective at once,
+    /// and kept across restarts of the daemon).
+    async fn set_egress(&self, id: &str, allow_out: Vec<Cidr>, deny_out: Vec<Cidr>) -> Result<()>;
     /// Whether the agent and the disk server of a sandbox whose container should be
     /// running are alive (a cheap check: files only, no runc call).
     async fn liveness(&self, id: &str) -> Result<Liveness>;
@@ -117,22 +120,20 @@ pub trait Runtime: Send + Sync {
     ) -> Result<SandboxHandle>;
 }
 
-/// Finds the agent binary: `SANDFORK_AGENT_BIN`, else next to the current executable
-/// (or its parent, for test and example binaries), else the static build's target path.
-pub fn agent_binary() -> Result<PathBuf> {
+/// The agent binary for sandboxes of `data_dir`: `SANDFORK_AGENT_BIN` when set (for
+/// development; it must be statically linked), else the agent embedded in this binary,
+/// written out once below `data_dir` (see the `agent_embed` crate).
+pub fn agent_binary(data_dir: &std::path::Path) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SANDFORK_AGENT_BIN") {
-        return Ok(PathBuf::from(p));
+        let path = PathBuf::from(p);
+        // Images may have no C library: only a statically linked agent will do.
+        return if is_static_elf(&path) {
+            Ok(path)
+        } else {
+            Err(Error::NoAgentBinary(path))
+        };
     }
-    let exe = std::env::current_exe().ok();
-    let beside = exe.iter().flat_map(|e| e.ancestors().skip(1).take(2));
-    let beside = beside.map(|d| d.join("sandfork-agent"));
-    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = workspace.join("target/x86_64-unknown-linux-gnu/debug/sandfork-agent");
-    // Images may have no C library: only a statically linked agent will do.
-    beside
-        .chain([target])
-        .find(|p| is_static_elf(p))
-        .ok_or(Error::NoAgentBinary)
+    agent_embed::install(data_dir).map_err(|e| Error::io(e.path, e.source))
 }
 
 /// Whether `path` is an ELF executable without a program interpreter (statically linked).

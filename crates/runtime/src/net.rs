@@ -169,10 +169,29 @@ pub fn base_table_script() -> String {
 /// Adds one sandbox's egress chain, map entry and masquerade address (one transaction).
 pub fn sandbox_rules_script(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
     let t = format!("inet {NFT_TABLE}");
+    let mut s = format!("add chain {t} {}\n", alloc.chain());
+    s += &egress_rules(alloc, allow, deny);
+    s += &format!(
+        "add element {t} egress {{ \"{}\" : jump {} }}\n",
+        alloc.host_if,
+        alloc.chain()
+    );
+    s += &format!("add element {t} masq {{ {} }}\n", alloc.sandbox_addr);
+    s
+}
+
+/// Replaces a running sandbox's egress rules in one transaction: its chain is emptied and
+/// refilled, so no packet ever meets half a rule set.
+pub fn sandbox_rules_replace(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
+    format!("flush chain inet {NFT_TABLE} {}\n", alloc.chain()) + &egress_rules(alloc, allow, deny)
+}
+
+/// The rules of one sandbox's egress chain.
+fn egress_rules(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
+    let t = format!("inet {NFT_TABLE}");
     let chain = alloc.chain();
-    let mut s = format!("add chain {t} {chain}\n");
     let rule = |body: String| format!("add rule {t} {chain} {body}\n");
-    s += &rule(format!("ip saddr != {} drop", alloc.sandbox_addr));
+    let mut s = rule(format!("ip saddr != {} drop", alloc.sandbox_addr));
     s += &rule("meta nfproto != ipv4 drop".into());
     if !deny.is_empty() {
         s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(deny)));
@@ -183,11 +202,6 @@ pub fn sandbox_rules_script(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> 
         s += &rule(format!("ip daddr {{ {} }} accept", cidr_list(allow)));
         s += &rule("drop".into());
     }
-    s += &format!(
-        "add element {t} egress {{ \"{}\" : jump {chain} }}\n",
-        alloc.host_if
-    );
-    s += &format!("add element {t} masq {{ {} }}\n", alloc.sandbox_addr);
     s
 }
 

@@ -1,6 +1,7 @@
-//! Free space of the host filesystem holding the data directory: sandbox disks grow into
-//! it as their guests write, and a guest's write that finds it full is lost at writeback
-//! (the guest's page cache took it), so callers check before they let data in.
+//! Room on the host. Free space of the filesystem holding the data directory: sandbox
+//! disks grow into it as their guests write, and a guest's write that finds it full is lost
+//! at writeback (the guest's page cache took it), so callers check before they let data
+//! in. And the host's memory, which admission checks before it starts a sandbox.
 
 use std::path::Path;
 
@@ -8,6 +9,21 @@ use std::path::Path;
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     let st = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
     Ok(st.blocks_available().saturating_mul(st.fragment_size()))
+}
+
+/// The host's memory in MiB: (`MemTotal`, `MemAvailable`) from /proc/meminfo.
+pub fn memory_mb() -> std::io::Result<(u64, u64)> {
+    parse_meminfo(&std::fs::read_to_string("/proc/meminfo")?)
+        .ok_or_else(|| std::io::Error::other("/proc/meminfo lacks MemTotal or MemAvailable"))
+}
+
+fn parse_meminfo(text: &str) -> Option<(u64, u64)> {
+    let kib = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((kib("MemTotal:")? >> 10, kib("MemAvailable:")? >> 10))
 }
 
 #[cfg(test)]
@@ -19,5 +35,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(free_bytes(dir.path()).unwrap() > 0);
         assert!(free_bytes(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn host_memory_is_read_from_meminfo() {
+        let text = "MemTotal:       24576000 kB\nMemFree: 1 kB\nMemAvailable:   20480000 kB\n";
+        assert_eq!(parse_meminfo(text), Some((24000, 20000)));
+        assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
+        let (total, available) = memory_mb().unwrap();
+        assert!(total > 0 && available <= total);
     }
 }

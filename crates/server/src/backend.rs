@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo};
+use proto::agent::{
+    DirEntry, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo, SpawnRequest,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -124,15 +126,38 @@ pub struct BuiltImage {
     pub size_bytes: u64,
 }
 
+/// The host's memory, in MiB, as the kernel counts it (`MemTotal`, `MemAvailable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostMemory {
+    pub total_mb: u64,
+    pub available_mb: u64,
+}
+
 /// The runtime side of the daemon.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
+    /// The host's memory now, or `None` where it cannot be known (admission then applies
+    /// its caps only).
+    fn host_memory(&self) -> Option<HostMemory> {
+        None
+    }
     /// Removes every host resource of sandboxes not in `keep` (after a crash).
     async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()>;
     /// Boots a sandbox; on error nothing of it is left behind.
     async fn create(&self, spec: &BootSpec) -> BackendResult<Booted>;
     /// Takes over a sandbox left running by a previous daemon.
     async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted>;
+    /// Replaces the egress lists (CIDRs) of a running sandbox that has internet access.
+    async fn set_egress(
+        &self,
+        _id: &str,
+        _allow_out: &[String],
+        _deny_out: &[String],
+    ) -> BackendResult<()> {
+        Err(BackendError::Unsupported(
+            "changing egress rules is not supported by this backend".into(),
+        ))
+    }
     /// Stops a sandbox and removes everything it held. Idempotent.
     async fn destroy(&self, id: &str) -> BackendResult<()>;
     /// Why a running sandbox is dead (its agent or disk server died), or `None` while its
@@ -144,7 +169,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Runs a command; the stream ends with [`ExecEvent::Exit`].
     async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>>;
     /// Starts a background process.
-    async fn spawn(&self, id: &str, req: ExecRequest) -> BackendResult<ProcessInfo>;
+    async fn spawn(&self, id: &str, req: SpawnRequest) -> BackendResult<ProcessInfo>;
+    /// Stops a background process and starts its request again; returns the new pid.
+    async fn restart(&self, id: &str, pid: u64) -> BackendResult<u64>;
+    /// Stops a background process (a supervised one is not restarted).
+    async fn stop(&self, id: &str, pid: u64) -> BackendResult<()>;
     async fn processes(&self, id: &str) -> BackendResult<Vec<ProcessInfo>>;
     /// Streams a background process's output from the given offsets.
     async fn attach(

@@ -41,10 +41,25 @@ pub struct Config {
     pub token_file: Option<PathBuf>,
     /// Allow `listen` on a non-loopback address.
     pub allow_remote: bool,
+    /// The image of sandboxes created without one (built on first use when built-in).
+    pub default_image: String,
     /// Most sandboxes alive at once (not terminated or failed).
     pub max_sandboxes: u32,
-    /// Most memory, in MiB, summed over the `memory_mb` of live sandboxes.
+    /// Cap, in MiB, on the summed `memory_mb` limits of live sandboxes (the overcommit
+    /// cap); 0 = `memory_overcommit` × the host's memory. Limits are caps, not
+    /// reservations: what sandboxes really use is checked against the host's available
+    /// memory (docs/operations.md, admission).
     pub max_memory_mb: u64,
+    /// With `max_memory_mb` = 0: how many times the host's memory the summed limits may be.
+    pub memory_overcommit: f64,
+    /// Host memory, in MiB, admission keeps free; 0 = 5% of the host's, at least 512 MiB.
+    pub memory_reserve_mb: u64,
+    /// How long a create, restore or fork waits for room when the host is full before it
+    /// is refused (429 naming what is full), in seconds.
+    pub admission_wait_secs: u64,
+    /// Under memory pressure, named sandboxes idle this long are suspended (memory
+    /// checkpoint to disk) to make room for new work; 0 = never.
+    pub pressure_suspend_idle_secs: u64,
     /// How often idle timeouts are checked, in milliseconds.
     pub reaper_interval_ms: u64,
     /// How long graceful shutdown waits for in-flight work, in seconds.
@@ -69,8 +84,13 @@ impl Default for Config {
             listen: None,
             token_file: None,
             allow_remote: false,
+            default_image: "python".into(),
             max_sandboxes: 256,
-            max_memory_mb: 16 * 1024,
+            max_memory_mb: 0,
+            memory_overcommit: 2.0,
+            memory_reserve_mb: 0,
+            admission_wait_secs: 30,
+            pressure_suspend_idle_secs: 120,
             reaper_interval_ms: 1000,
             shutdown_grace_secs: 10,
             max_json_bytes: 1 << 20,
@@ -121,12 +141,36 @@ impl Config {
                 )));
             }
         }
+        if !(self.memory_overcommit.is_finite() && self.memory_overcommit > 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "memory_overcommit must be a positive number, not {}",
+                self.memory_overcommit
+            )));
+        }
         if self.max_sandboxes == 0 {
             return Err(ConfigError::Invalid(
                 "max_sandboxes must be at least 1".into(),
             ));
         }
         Ok(())
+    }
+
+    /// The admission caps on a host with `host_total_mb` of memory (0 = unknown).
+    pub fn admission_policy(&self, host_total_mb: u64) -> crate::manager::Policy {
+        let max_limits_mb = match (self.max_memory_mb, host_total_mb) {
+            (0, 0) => u64::MAX,
+            (0, total) => (total as f64 * self.memory_overcommit) as u64,
+            (cap, _) => cap,
+        };
+        let reserve_mb = match self.memory_reserve_mb {
+            0 => (host_total_mb / 20).max(512),
+            r => r,
+        };
+        crate::manager::Policy {
+            max_sandboxes: self.max_sandboxes as usize,
+            max_limits_mb,
+            reserve_mb,
+        }
     }
 
     /// Reads the bearer token (trimmed); an empty token is refused.
@@ -169,6 +213,27 @@ mod tests {
         assert_eq!(c.disk_flush, runtime::FlushMode::Durable);
         let err = Config::from_toml("disk_flush = \"sometimes\"").unwrap_err();
         assert!(err.to_string().contains("sometimes"), "{err}");
+    }
+
+    #[test]
+    fn admission_overcommits_the_hosts_memory_unless_capped() {
+        let c = Config::default();
+        let p = c.admission_policy(24 << 10);
+        assert_eq!(p.max_limits_mb, 48 << 10);
+        assert_eq!(p.reserve_mb, (24 << 10) / 20);
+        assert_eq!(c.admission_policy(4 << 10).reserve_mb, 512);
+        let capped = Config {
+            max_memory_mb: 300,
+            memory_reserve_mb: 7,
+            ..Config::default()
+        };
+        let p = capped.admission_policy(24 << 10);
+        assert_eq!((p.max_limits_mb, p.reserve_mb), (300, 7));
+        let bad = Config {
+            memory_overcommit: 0.0,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
     }
 
     #[test]

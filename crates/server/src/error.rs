@@ -132,6 +132,27 @@ impl Error {
         }
     }
 
+    /// The same error for another caller waiting on the same work (status kept).
+    pub fn for_another(&self) -> Error {
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(m.clone()),
+            Error::NotFound(m) => Error::NotFound(m.clone()),
+            Error::WrongState { id, state } => Error::WrongState {
+                id: id.clone(),
+                state: *state,
+            },
+            Error::Conflict(m) => Error::Conflict(m.clone()),
+            Error::TooLarge(m) => Error::TooLarge(m.clone()),
+            Error::Unsupported(m) => Error::Unsupported(m.clone()),
+            Error::OverCapacity(m) => Error::OverCapacity(m.clone()),
+            Error::InsufficientStorage(m) => Error::InsufficientStorage(m.clone()),
+            Error::ShuttingDown => Error::ShuttingDown,
+            Error::ExecFailed(m) => Error::ExecFailed(m.clone()),
+            Error::Backend(b) => Error::Backend(b.clone()),
+            Error::Store(_) => Error::Backend(BackendError::Host(self.message())),
+        }
+    }
+
     /// The metric label of this error's kind.
     pub fn kind(&self) -> &'static str {
         self.status_code().1

@@ -69,7 +69,33 @@ pub struct Metrics {
     pub exec: Histogram,
     pub checkpoint: Histogram,
     pub restore: Histogram,
+    /// Sandboxes suspended to make room under memory pressure.
+    pub pressure_suspends: Counter,
+    /// Requests refused by admission after waiting for room.
+    pub admission_refusals: Counter,
     errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// A monotonically increasing count.
+#[derive(Debug, Default)]
+pub struct Counter(std::sync::atomic::AtomicU64);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+            self.get()
+        );
+    }
 }
 
 impl Metrics {
@@ -109,6 +135,16 @@ impl Metrics {
         );
         self.restore
             .render(&mut out, "sandfork_restore_seconds", "Restore latency.");
+        self.pressure_suspends.render(
+            &mut out,
+            "sandfork_pressure_suspends_total",
+            "Idle sandboxes suspended to make room under memory pressure.",
+        );
+        self.admission_refusals.render(
+            &mut out,
+            "sandfork_admission_refusals_total",
+            "Requests refused by admission after waiting for room.",
+        );
         let _ = writeln!(
             out,
             "# HELP sandfork_errors_total API errors by kind.\n# TYPE sandfork_errors_total counter"

@@ -103,7 +103,10 @@ fn background_processes_output_stdin_signal_wait() {
     );
     let (s, v) = c.get(&format!("{base}/999"));
     assert_error(s, &v, 404, "not_found");
+    // A word names a supervised process; none is called so.
     let (s, v) = c.get(&format!("{base}/abc"));
+    assert_error(s, &v, 404, "not_found");
+    let (s, v) = c.get(&format!("{base}/%01"));
     assert_error(s, &v, 400, "invalid_argument");
     let (s, v) = c.json(
         Method::POST,

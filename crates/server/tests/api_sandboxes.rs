@@ -200,6 +200,7 @@ fn admission_refuses_over_capacity_and_names_conflict() {
     let d = TestDaemon::with(|c| {
         c.max_sandboxes = 2;
         c.max_memory_mb = 300;
+        c.admission_wait_secs = 0;
     });
     let c = d.client();
     let a = d.create(json!({"name": "only", "memory_mb": 200}));

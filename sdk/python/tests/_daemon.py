@@ -66,13 +66,8 @@ def implements_serve(binary: Path, *options: str) -> bool:
 
 
 def _agent_env() -> dict:
-    """The daemon's environment, pointing it at the static agent when make built one."""
+    """The daemon's environment (the binary carries its own agent and disk server)."""
     env = dict(os.environ)
-    if "SANDFORK_AGENT_BIN" not in env:
-        target = Path(env.get("CARGO_TARGET_DIR") or REPO / "target")
-        agent = target / "x86_64-unknown-linux-gnu" / "debug" / "sandfork-agent"
-        if agent.is_file():
-            env["SANDFORK_AGENT_BIN"] = str(agent)
     env.setdefault("RUST_LOG", "info")
     return env
 
@@ -94,8 +89,15 @@ def wait_healthy(daemon: Daemon) -> None:
     raise RuntimeError(f"the daemon was not healthy within {HEALTH_TIMEOUT:g}s:\n{daemon.log_tail()}")
 
 
-def start_daemon(binary: Path, extra_args: Sequence[str] = (), root: Optional[Path] = None) -> Daemon:
-    """Starts ``binary serve`` on a fresh data dir (under ``root``, else a new temp dir)."""
+def start_daemon(
+    binary: Path, extra_args: Sequence[str] = (), root: Optional[Path] = None, default_image: Optional[str] = "busybox"
+) -> Daemon:
+    """Starts ``binary serve`` on a fresh data dir (under ``root``, else a new temp dir).
+
+    Sandboxes created without an image get ``default_image``: busybox, which builds in
+    seconds, unless a suite asks for the daemon's own default (``None``: python)."""
+    if default_image:
+        extra_args = [*extra_args, "--default-image", default_image]
     # A short path: Unix socket paths are limited to 107 bytes.
     root = root or Path(tempfile.mkdtemp(prefix="sfsdk-"))
     data_dir, sock, log = root / "data", root / "s.sock", root / "daemon.log"

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use proto::agent::{ExecRequest, ExitInfo, Message, OutputStream, ProcessInfo, Request};
+use proto::agent::{ExitInfo, Message, OutputStream, ProcessInfo, Request, SpawnRequest};
 
 use super::{unexpected, AgentClient, Conn, Result};
 
@@ -63,11 +63,26 @@ impl AttachStream {
 impl AgentClient {
     /// Starts a background process and returns its `(id, pid)`. It keeps running, and
     /// its output keeps being buffered, whether or not any client is connected.
-    pub async fn spawn(&self, req: ExecRequest) -> Result<(u64, u32)> {
-        match self.call(Request::Spawn(req)).await? {
+    pub async fn spawn(&self, req: impl Into<SpawnRequest>) -> Result<(u64, u32)> {
+        match self.call(Request::Spawn(req.into())).await? {
             Message::Spawned { id, pid } => Ok((id, pid)),
             m => Err(unexpected(&m)),
         }
+    }
+
+    /// Stops process `id` (a supervised one for good) and starts its request again;
+    /// returns the new `(id, pid)`.
+    pub async fn restart(&self, id: u64) -> Result<(u64, u32)> {
+        match self.call(Request::Restart { id }).await? {
+            Message::Spawned { id, pid } => Ok((id, pid)),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    /// Stops process `id`: SIGTERM to its group, SIGKILL after a grace period; a
+    /// supervised one is not restarted.
+    pub async fn stop(&self, id: u64) -> Result<()> {
+        self.call_done(Request::Stop { id }).await
     }
 
     pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>> {

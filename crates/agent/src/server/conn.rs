@@ -9,7 +9,7 @@ use tokio::net::UnixStream;
 
 use crate::codec::{FrameReader, FrameWriter};
 
-use super::{exec, files, identity, Agent};
+use super::{exec, files, identity, supervise, Agent};
 
 pub type Reader = FrameReader<OwnedReadHalf>;
 pub type Writer = FrameWriter<OwnedWriteHalf>;
@@ -59,7 +59,7 @@ pub async fn serve(agent: Arc<Agent>, stream: UnixStream) {
     }
 }
 
-async fn dispatch(agent: &Agent, req: Request, mut reader: Reader, mut writer: Writer) {
+async fn dispatch(agent: &Arc<Agent>, req: Request, mut reader: Reader, mut writer: Writer) {
     let max = agent.config.max_transfer;
     let reply = match req {
         Request::Exec(req) => return exec::exec(agent, req, reader, writer).await,
@@ -96,13 +96,13 @@ async fn dispatch(agent: &Agent, req: Request, mut reader: Reader, mut writer: W
             .map(|()| None),
         Request::ListDir { path } => files::list_dir(path, &mut writer).await.map(|()| None),
         Request::Hello => Ok(Some(Message::Hello(agent.hello()))),
-        Request::Spawn(req) => {
-            let env = agent.base_env();
-            agent
-                .procs
-                .spawn(&agent.reaper, req, &env)
-                .map(|(id, pid)| Some(Message::Spawned { id, pid }))
-        }
+        Request::Spawn(req) => supervise::spawn(agent, req).map(|p| Some(spawned(&p))),
+        Request::Restart { id } => match agent.procs.get(id) {
+            Ok(proc) => supervise::restart(agent, &proc)
+                .await
+                .map(|p| Some(spawned(&p))),
+            Err(e) => Err(e),
+        },
         Request::ListProcesses => Ok(Some(Message::Processes(agent.procs.list()))),
         other => process_or_file(agent, other).await.map(Some),
     };
@@ -137,6 +137,10 @@ async fn process_or_file(agent: &Agent, req: Request) -> Result<Message, AgentEr
             let proc = agent.procs.get(id)?;
             proc.wait(timeout_ms).await.map(Message::Exit)
         }
+        Request::Stop { id } => {
+            supervise::stop(&*agent.procs.get(id)?).await;
+            Ok(Message::Done)
+        }
         Request::Stat { path } => files::stat(path).await,
         Request::Remove { path, recursive } => files::remove(path, recursive).await,
         Request::Mkdir {
@@ -153,6 +157,13 @@ async fn process_or_file(agent: &Agent, req: Request) -> Result<Message, AgentEr
             ErrorKind::InvalidInput,
             "unexpected request",
         )),
+    }
+}
+
+fn spawned(p: &super::procs::Proc) -> Message {
+    Message::Spawned {
+        id: p.id(),
+        pid: p.pid(),
     }
 }
 

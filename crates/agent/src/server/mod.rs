@@ -11,6 +11,7 @@ mod pump;
 mod reaper;
 mod ring;
 mod spawn;
+mod supervise;
 mod user;
 
 use std::io::Read;

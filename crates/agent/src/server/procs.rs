@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proto::agent::{
-    AgentError, ErrorKind, ExecRequest, ExitInfo, ExitStatus, Message, OutputStream, ProcessInfo,
-    ProcessState, StdinMode, CHUNK_SIZE,
+    AgentError, ErrorKind, ExitInfo, ExitStatus, Message, OutputMode, OutputStream, ProcessInfo,
+    ProcessState, SpawnRequest, StdinMode, CHUNK_SIZE,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
@@ -20,6 +20,7 @@ use super::group::Group;
 use super::pump::{pump, OutputSink};
 use super::reaper::Reaper;
 use super::ring::Ring;
+use super::supervise::Supervisor;
 use crate::codec::CodecError;
 
 /// Output kept per stream of each background process.
@@ -38,6 +39,11 @@ pub struct Proc {
     pid: i32,
     command: Vec<String>,
     started_unix_ms: u64,
+    ended_unix_ms: Mutex<Option<u64>>,
+    /// What started it (a restart starts the same again).
+    request: SpawnRequest,
+    /// The supervisor of a supervised process (shared by all its runs).
+    supervisor: Option<Arc<Supervisor>>,
     group: Group,
     output: Mutex<Output>,
     /// Bumped whenever output arrives or the pump finishes.
@@ -58,6 +64,27 @@ impl Proc {
         })
     }
 
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn pid(&self) -> u32 {
+        // Pids are positive.
+        self.pid as u32
+    }
+
+    pub fn request(&self) -> &SpawnRequest {
+        &self.request
+    }
+
+    pub fn supervisor(&self) -> Option<&Arc<Supervisor>> {
+        self.supervisor.as_ref()
+    }
+
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
     fn info(&self) -> ProcessInfo {
         let (stdout_len, stderr_len) = {
             let o = self.output();
@@ -75,6 +102,9 @@ impl Proc {
             stdout_len,
             stderr_len,
             stdin_open: self.stdin.try_lock().map_or(true, |s| s.is_some()),
+            name: self.request.name.clone(),
+            ended_unix_ms: *self.ended_unix_ms.lock().unwrap_or_else(|p| p.into_inner()),
+            managed: self.supervisor.as_ref().map(|s| s.info()),
         }
     }
 }
@@ -83,6 +113,13 @@ struct RingSink(Arc<Proc>);
 
 impl OutputSink for RingSink {
     async fn output(&mut self, stream: OutputStream, data: &[u8]) -> Result<(), ()> {
+        let mode = match stream {
+            OutputStream::Stdout => self.0.request.stdout,
+            OutputStream::Stderr => self.0.request.stderr,
+        };
+        if mode == OutputMode::Discard {
+            return Ok(());
+        }
         self.0.output().streams[stream as usize].push(data);
         self.0.changed.send_modify(|v| *v += 1);
         Ok(())
@@ -109,26 +146,60 @@ impl ProcTable {
         self.lock().values().map(|p| p.info()).collect()
     }
 
-    /// Starts `req` in the background and returns its id and pid.
-    pub fn spawn(
+    /// The latest run of the supervised process named `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Proc>> {
+        self.lock()
+            .values()
+            .rev()
+            .find(|p| p.request.name.as_deref() == Some(name))
+            .cloned()
+    }
+
+    /// The latest run supervised by `sup`.
+    pub fn latest_run_of(&self, sup: &Arc<Supervisor>) -> Option<Arc<Proc>> {
+        self.lock()
+            .values()
+            .rev()
+            .find(|p| p.supervisor.as_ref().is_some_and(|s| Arc::ptr_eq(s, sup)))
+            .cloned()
+    }
+
+    /// Whether a supervised process named `name` is still supervised (not stopped).
+    pub fn name_in_use(&self, name: &str) -> bool {
+        self.by_name(name)
+            .and_then(|p| p.supervisor.clone())
+            .is_some_and(|s| !s.is_stopped())
+    }
+
+    /// Starts one run of `req` in the background (under `supervisor`, for a supervised
+    /// process) and returns it.
+    pub fn start(
         &self,
         reaper: &Reaper,
-        req: ExecRequest,
+        req: SpawnRequest,
         base_env: &[(String, String)],
-    ) -> Result<(u64, u32), AgentError> {
-        let child = super::spawn::spawn(reaper, &req, base_env)?;
+        supervisor: Option<Arc<Supervisor>>,
+    ) -> Result<Arc<Proc>, AgentError> {
+        let child = super::spawn::spawn(reaper, &req.exec, base_env)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let group = Group::new(child.pid, child.exit.clone());
-        let (stdin, initial) = match req.stdin {
+        let (stdin, initial) = match &req.exec.stdin {
             StdinMode::Stream => (child.stdin, None),
-            StdinMode::Bytes(b) => (None, child.stdin.map(|p| (p, b))),
+            StdinMode::Bytes(b) => (None, child.stdin.map(|p| (p, b.clone()))),
             StdinMode::Null => (None, None),
         };
+        let command = std::iter::once(req.exec.command.clone())
+            .chain(req.exec.args.iter().cloned())
+            .collect();
+        let timeout_ms = req.exec.timeout_ms;
         let proc = Arc::new(Proc {
             id,
             pid: child.pid,
-            command: std::iter::once(req.command).chain(req.args).collect(),
+            command,
             started_unix_ms: unix_ms(),
+            ended_unix_ms: Mutex::new(None),
+            request: req,
+            supervisor,
             group: group.clone(),
             output: Mutex::new(Output {
                 streams: [Ring::new(RING_CAPACITY), Ring::new(RING_CAPACITY)],
@@ -141,16 +212,18 @@ impl ProcTable {
         if let Some((mut pipe, bytes)) = initial {
             tokio::spawn(async move { pipe.write_all(&bytes).await });
         }
-        let timer = group.arm_timeout(req.timeout_ms);
+        let timer = group.arm_timeout(timeout_ms);
+        let run = proc.clone();
         tokio::spawn(async move {
-            let mut sink = RingSink(proc.clone());
+            let mut sink = RingSink(run.clone());
             let _ = pump(child.stdout, child.stderr, child.exit, &mut sink).await;
             timer.inspect(|t| t.abort());
-            *proc.stdin.lock().await = None;
-            proc.output().done = true;
-            proc.changed.send_modify(|v| *v += 1);
+            *run.stdin.lock().await = None;
+            *run.ended_unix_ms.lock().unwrap_or_else(|p| p.into_inner()) = Some(unix_ms());
+            run.output().done = true;
+            run.changed.send_modify(|v| *v += 1);
         });
-        Ok((id, child.pid as u32))
+        Ok(proc)
     }
 
     fn insert(&self, proc: Arc<Proc>) {
@@ -167,7 +240,7 @@ impl ProcTable {
     }
 }
 
-fn unix_ms() -> u64 {
+pub fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -206,6 +279,20 @@ impl Proc {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), sig);
         }
         Ok(())
+    }
+
+    /// Waits until the process has exited and all its output is in its buffer.
+    pub async fn finished(&self) -> ExitInfo {
+        let mut changed = self.changed.subscribe();
+        while !self.output().done {
+            if changed.changed().await.is_err() {
+                break;
+            }
+        }
+        self.exit_info().unwrap_or(ExitInfo {
+            status: ExitStatus::Code(-1),
+            timed_out: false,
+        })
     }
 
     pub async fn wait(&self, timeout_ms: Option<u64>) -> Result<ExitInfo, AgentError> {

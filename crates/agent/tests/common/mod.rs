@@ -105,18 +105,3 @@ pub fn vm_hwm_kib(pid: i32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
-
-/// The statically linked agent that goes into sandboxes: `SANDFORK_AGENT_BIN`, else what
-/// `make build` produces next to the test build.
-pub fn static_agent_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("SANDFORK_AGENT_BIN") {
-        return PathBuf::from(p);
-    }
-    // target/debug/sandfork-agent -> target/x86_64-unknown-linux-gnu/debug/sandfork-agent
-    let dynamic = Path::new(AGENT);
-    let target = dynamic
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir");
-    target.join("x86_64-unknown-linux-gnu/debug/sandfork-agent")
-}

@@ -19,6 +19,8 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.allow_remote |= a.allow_remote;
     c.max_sandboxes = a.max_sandboxes.unwrap_or(c.max_sandboxes);
     c.max_memory_mb = a.max_memory_mb.unwrap_or(c.max_memory_mb);
+    c.default_image = a.default_image.unwrap_or(c.default_image);
+    c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
     c.validate()?;
     Ok(c)
 }
@@ -58,6 +60,8 @@ mod tests {
             allow_remote: false,
             max_sandboxes: Some(7),
             max_memory_mb: None,
+            default_image: None,
+            admission_wait_secs: None,
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));

@@ -47,6 +47,7 @@ impl Daemon {
             .arg(self.data())
             .arg("--socket")
             .arg(self.socket())
+            .args(["--default-image", "busybox"])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,4 +1,4 @@
-//! The messages of protocol version 1. Field and variant order is the wire format: append
+//! The messages of protocol version 2. Field and variant order is the wire format: append
 //! nothing, reorder nothing without bumping [`super::PROTOCOL_VERSION`].
 
 use serde::{Deserialize, Serialize};
@@ -57,8 +57,9 @@ pub enum Request {
     /// Run a process and stream its output on this connection → `Started`, `Output`*,
     /// `Exit` (or `Error`). With [`StdinMode::Stream`] the host sends `Data`* then `Eof`.
     Exec(ExecRequest),
-    /// Start a background process → `Spawned`.
-    Spawn(ExecRequest),
+    /// Start a background process, supervised when it has a name, a restart policy or a
+    /// health check → `Spawned`.
+    Spawn(SpawnRequest),
     /// → `Processes`.
     ListProcesses,
     /// Stream a background process's buffered and future output from the given offsets →
@@ -109,6 +110,146 @@ pub enum Request {
     },
     /// Set the sandbox's fork identity (after a restore) → `Done`.
     SetIdentity(Identity),
+    /// Stop a background process (kill its group; a supervised one is not restarted) and
+    /// start it again with the same request → `Spawned` (a new id and pid).
+    Restart { id: u64 },
+    /// Kill a background process's group; a supervised one is not restarted → `Done`.
+    Stop { id: u64 },
+}
+
+/// A background process to start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    pub exec: ExecRequest,
+    /// Unique among the supervised processes that have not stopped; requests may name the
+    /// process by it.
+    pub name: Option<String>,
+    pub stdout: OutputMode,
+    pub stderr: OutputMode,
+    /// When to start it again after it ends.
+    pub restart: Option<RestartPolicy>,
+    /// How to tell it works; failing it `failure_threshold` times in a row kills it (and
+    /// the restart policy decides what follows).
+    pub health: Option<HealthCheck>,
+}
+
+impl From<ExecRequest> for SpawnRequest {
+    /// A plain (unsupervised) background process.
+    fn from(exec: ExecRequest) -> Self {
+        SpawnRequest {
+            exec,
+            ..SpawnRequest::default()
+        }
+    }
+}
+
+/// Longest name of a supervised process.
+pub const MAX_PROCESS_NAME: usize = 64;
+
+/// Checks a supervised process's name: 1-64 of letters, digits, `-`, `_` and `.`, not all
+/// digits (numbers address processes by id).
+pub fn check_process_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_PROCESS_NAME
+        && !name.bytes().all(|b| b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid process name {name:?}: use 1-{MAX_PROCESS_NAME} of letters, digits, '-', '_' \
+             and '.', not all digits (numbers address processes by id)"
+        ))
+    }
+}
+
+impl SpawnRequest {
+    /// Whether the agent supervises the process (names it, restarts it, checks it).
+    pub fn is_managed(&self) -> bool {
+        self.name.is_some() || self.restart.is_some() || self.health.is_some()
+    }
+}
+
+/// What happens to a stream of a background process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputMode {
+    /// Kept in the process's output buffer.
+    #[default]
+    Capture,
+    /// Read and dropped.
+    Discard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RestartWhen {
+    Never,
+    /// After an exit with a non-zero code or by a signal.
+    OnFailure,
+    Always,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartPolicy {
+    pub when: RestartWhen,
+    /// Restarts allowed in all; `None` = no limit.
+    pub max_restarts: Option<u32>,
+    /// The first wait before a restart; it doubles each time up to `max_backoff_ms`.
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HealthProbe {
+    /// A TCP connection to the port on 127.0.0.1 succeeds.
+    Tcp,
+    /// `GET path` on 127.0.0.1:port answers with a status below 400.
+    Http { path: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub probe: HealthProbe,
+    pub port: u16,
+    pub initial_delay_ms: u64,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub failure_threshold: u32,
+}
+
+/// Where a supervised process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ManagedStatus {
+    Starting,
+    Running,
+    /// Waiting to be restarted.
+    BackingOff,
+    /// Not restarted again (its policy, its restart limit, or a stop).
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HealthStatus {
+    Disabled,
+    Starting,
+    Healthy,
+    Unhealthy,
+}
+
+/// What the supervisor knows of a supervised process, across its restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedInfo {
+    pub status: ManagedStatus,
+    pub restart_count: u32,
+    pub restart: Option<RestartPolicy>,
+    pub health: Option<HealthCheck>,
+    pub health_status: HealthStatus,
+    pub consecutive_health_failures: u32,
+    /// How the previous run ended, and when.
+    pub last_exit: Option<(ExitInfo, u64)>,
+    pub last_error: Option<String>,
+    pub next_restart_unix_ms: Option<u64>,
 }
 
 /// A process to run.
@@ -197,6 +338,10 @@ pub struct ProcessInfo {
     pub stdout_len: u64,
     pub stderr_len: u64,
     pub stdin_open: bool,
+    pub name: Option<String>,
+    pub ended_unix_ms: Option<u64>,
+    /// For a supervised process: its supervisor's view (shared by all its runs).
+    pub managed: Option<ManagedInfo>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,14 @@ use crate::error::{Error, IoContext, Result};
 pub const DEBIAN_SUITE: &str = "bookworm";
 
 /// Debian packages of the `python` image.
-pub const PYTHON_PACKAGES: &[&str] = &["python3", "python3-pip", "python3-venv", "python3-numpy"];
+/// (`python-is-python3` makes `python` work too, as most documentation assumes.)
+pub const PYTHON_PACKAGES: &[&str] = &[
+    "python3",
+    "python3-pip",
+    "python3-venv",
+    "python3-numpy",
+    "python-is-python3",
+];
 
 const BUSYBOX: &str = "/bin/busybox";
 
@@ -65,8 +72,8 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).at(path)
 }
 
-/// The Debian mirror this machine's apt uses.
-pub fn debian_mirror() -> String {
+/// The Debian mirror this machine's apt uses (from its `deb` entries, either format).
+pub fn debian_mirror() -> Result<String> {
     let mut text = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
     if let Ok(entries) = std::fs::read_dir("/etc/apt/sources.list.d") {
         for e in entries.flatten() {
@@ -75,8 +82,12 @@ pub fn debian_mirror() -> String {
     }
     text.split_whitespace()
         .find(|w| w.starts_with("http") && w.trim_end_matches('/').ends_with("/debian"))
-        .unwrap_or("http://deb.debian.org/debian")
-        .to_string()
+        .map(str::to_string)
+        .ok_or_else(|| {
+            Error::Image(
+                "no Debian mirror is configured in /etc/apt/sources.list or sources.list.d".into(),
+            )
+        })
 }
 
 /// Fills `root` with a Debian minbase system. The debootstrap result is cached as a
@@ -100,7 +111,7 @@ pub fn debian(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
 }
 
 fn bootstrap_into_cache(cache: &Path, tarball: &Path, progress: ProgressFn<'_>) -> Result<()> {
-    let mirror = debian_mirror();
+    let mirror = debian_mirror()?;
     report(
         progress,
         "debootstrap",

@@ -63,9 +63,3 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             .map_err(|e| ApiError(Error::InvalidArgument(format!("Invalid query: {e}"))))
     }
 }
-
-/// Parses a process id path segment.
-pub fn parse_pid(s: &str) -> Result<u64, ApiError> {
-    s.parse()
-        .map_err(|_| ApiError(Error::InvalidArgument(format!("Invalid process id {s:?}"))))
-}

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::extract::ApiJson;
 use super::types::{BuildEvent, BuildImage, ErrorBody, ImageList};
 use super::{ApiResult, AppState};
-use crate::manager::validate_build;
+use crate::manager::{validate_build, BUILDERS};
 
 /// List images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
@@ -29,6 +29,36 @@ pub async fn build(
     ApiJson(req): ApiJson<BuildImage>,
 ) -> ApiResult<Response> {
     validate_build(&req)?;
+    Ok(stream_build(move |progress| async move {
+        m.build_image(req, progress).await
+    }))
+}
+
+/// Make sure an image exists: a built-in one (busybox, debian, python) is built when
+/// missing, or a build of it already in flight is joined. Progress streams as NDJSON and
+/// the last line is `done` (at once when the image exists) or `error`.
+#[utoipa::path(post, path = "/v1/images/{name}/ensure", tag = "images",
+    params(("name" = String, Path)),
+    responses((status = 200, body = BuildEvent, content_type = "application/x-ndjson"),
+        (status = 404, body = ErrorBody)))]
+pub async fn ensure(State(m): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    // An unknown name is a 404 before any stream starts (ensure_image answers it at once).
+    if !BUILDERS.contains(&name.as_str()) {
+        let (progress, _) = mpsc::channel(1);
+        m.ensure_image(&name, progress).await?;
+    }
+    Ok(stream_build(move |progress| async move {
+        m.ensure_image(&name, progress).await
+    }))
+}
+
+/// Runs a build with a progress channel and streams its events: progress lines, then
+/// `done` or `error`.
+fn stream_build<F, Fut>(run: F) -> Response
+where
+    F: FnOnce(mpsc::Sender<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = crate::error::Result<super::types::Image>> + Send,
+{
     let (tx, rx) = mpsc::channel::<BuildEvent>(64);
     let (ptx, mut prx) = mpsc::channel::<String>(64);
     let progress_tx = tx.clone();
@@ -38,7 +68,7 @@ pub async fn build(
         }
     });
     tokio::spawn(async move {
-        let last = match m.build_image(req, ptx).await {
+        let last = match run(ptx).await {
             Ok(image) => BuildEvent::Done { image },
             Err(e) => BuildEvent::Error {
                 code: e.kind().into(),
@@ -47,7 +77,7 @@ pub async fn build(
         };
         let _ = tx.send(last).await;
     });
-    Ok(super::ndjson::json_lines(rx))
+    super::ndjson::json_lines(rx)
 }
 
 /// Remove an image name (sandboxes using it are unaffected).

@@ -11,6 +11,7 @@ mod openapi;
 mod processes;
 mod sandboxes;
 mod snapshots;
+mod spawn;
 mod system;
 pub mod types;
 
@@ -120,14 +121,23 @@ fn sandbox_routes() -> Router<AppState> {
         )
         .route(
             "/v1/sandboxes/{id}",
-            get(sandboxes::get).delete(sandboxes::terminate),
+            get(sandboxes::get)
+                .patch(sandboxes::update)
+                .delete(sandboxes::terminate),
         )
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(
             "/v1/sandboxes/{id}/processes",
             post(processes::spawn).get(processes::list),
         )
-        .route("/v1/sandboxes/{id}/processes/{pid}", get(processes::get))
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}",
+            get(processes::get).delete(processes::stop),
+        )
+        .route(
+            "/v1/sandboxes/{id}/processes/{pid}/restart",
+            post(processes::restart),
+        )
         .route(
             "/v1/sandboxes/{id}/processes/{pid}/output",
             get(processes::output),
@@ -163,6 +173,7 @@ fn other_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/images", get(images::list).post(images::build))
         .route("/v1/images/{name}", axum::routing::delete(images::delete))
+        .route("/v1/images/{name}/ensure", post(images::ensure))
         .route("/v1/health", get(system::health))
         .route("/v1/openapi.json", get(system::openapi))
         .route("/metrics", get(system::metrics))

@@ -10,12 +10,14 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, types}
 #[openapi(
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
     paths(
-        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::terminate,
+        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update,
+        sandboxes::terminate,
         exec::exec,
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,
-        processes::close_stdin, processes::signal, processes::wait,
+        processes::close_stdin, processes::signal, processes::wait, processes::restart,
+        processes::stop,
         files::download, files::upload, files::remove, files::list, files::stat, files::mkdir,
-        images::list, images::build, images::delete,
+        images::list, images::build, images::ensure, images::delete,
         snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,
         snapshots::list, snapshots::get_one, snapshots::delete, snapshots::fork_snapshot,
         snapshots::export, snapshots::import,
@@ -23,9 +25,12 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, types}
     ),
     components(schemas(
         types::ErrorBody, types::CreateSandbox, types::NetworkRequest, types::NetworkModeName,
-        types::Sandbox, types::NetworkView, types::ForkInfo, types::SandboxList,
+        types::Sandbox, types::UpdateSandbox, types::NetworkView, types::ForkInfo, types::SandboxList,
         types::ExecRequest, types::ExecResult, types::StreamEvent, types::Process,
-        types::ProcessList, types::SignalRequest, types::SignalSpec, types::FileEntry,
+        types::ProcessList, types::SpawnProcess, types::StdinModeName, types::OutputModeName,
+        types::RestartPolicyName, types::RestartConfig, types::HealthCheckKind,
+        types::HealthCheckConfig, types::ProcessExit, types::ManagedProcess,
+        types::SignalRequest, types::SignalSpec, types::FileEntry,
         types::FileList, types::MkdirRequest, types::Image, types::ImageList, types::BuildImage,
         types::BuildEvent, types::Health, crate::lifecycle::State,
         crate::snapshots::SnapshotType, crate::snapshots::CheckpointRequest,
@@ -54,6 +59,7 @@ impl Modify for CommonErrors {
                 &mut item.put,
                 &mut item.post,
                 &mut item.delete,
+                &mut item.patch,
             ];
             for op in ops.into_iter().flatten() {
                 add_common_errors(path, op);

@@ -7,49 +7,17 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use proto::agent::{ProcessInfo, ProcessState};
 
-use super::exec::to_agent;
-use super::extract::{parse_pid, ApiJson, ApiQuery};
-use super::ndjson::{exit_parts, stream_response};
+use super::extract::{ApiJson, ApiQuery};
+use super::ndjson::stream_response;
+use super::spawn::{to_spawn, view};
 use super::types::{
-    ErrorBody, ExecRequest, OutputQuery, Process, ProcessList, SignalRequest, SignalSpec,
+    ErrorBody, OutputQuery, Process, ProcessList, SignalRequest, SignalSpec, SpawnProcess,
     StreamEvent, WaitQuery,
 };
 use super::{ApiResult, AppState};
 use crate::backend::BackendError;
 use crate::error::Error;
-
-fn rfc3339_ms(ms: u64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms as i64)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// The API view of a process.
-pub fn view(p: ProcessInfo) -> Process {
-    let mut argv = p.command.into_iter();
-    let command = argv.next().unwrap_or_default();
-    let (state, exit_code, signal) = match p.state {
-        ProcessState::Running => ("running", None, None),
-        ProcessState::Exited(e) => {
-            let (c, s) = exit_parts(&e);
-            ("exited", c, s)
-        }
-    };
-    Process {
-        pid: p.id,
-        os_pid: p.pid,
-        command,
-        args: argv.collect(),
-        state: state.into(),
-        exit_code,
-        signal,
-        started_at: rfc3339_ms(p.started_unix_ms),
-        stdout_len: p.stdout_len,
-        stderr_len: p.stderr_len,
-    }
-}
 
 /// A signal number from a number or a name such as `TERM` or `SIGKILL`.
 pub fn signal_number(s: &SignalSpec) -> Result<i32, Error> {
@@ -77,26 +45,44 @@ pub fn signal_number(s: &SignalSpec) -> Result<i32, Error> {
     n.ok_or_else(|| Error::InvalidArgument(format!("Unknown signal {s:?}")))
 }
 
-/// Start a background process.
+/// Start a background process (supervised with a `name`, `restart` or `health_check`).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/processes", tag = "processes",
-    params(("id" = String, Path)), request_body = ExecRequest,
+    params(("id" = String, Path)), request_body = SpawnProcess,
     responses((status = 201, body = Process), (status = 400, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn spawn(
     State(m): State<AppState>,
     Path(id): Path<String>,
-    ApiJson(req): ApiJson<ExecRequest>,
+    ApiJson(req): ApiJson<SpawnProcess>,
 ) -> ApiResult<(StatusCode, Json<Process>)> {
-    if req.stream {
-        return Err(Error::InvalidArgument("stream does not apply to processes".into()).into());
-    }
-    let mut req = to_agent(req)?;
-    if req.stdin == proto::agent::StdinMode::Null {
-        // Background processes get a pipe, fed through the stdin routes.
-        req.stdin = proto::agent::StdinMode::Stream;
-    }
-    let info = m.spawn(&id, req).await?;
+    let info = m.spawn(&id, to_spawn(req)?).await?;
     Ok((StatusCode::CREATED, Json(view(info))))
+}
+
+/// Stop a process and start it again with the same request (a new pid).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/restart", tag = "processes",
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")),
+    responses((status = 200, body = Process), (status = 404, body = ErrorBody)))]
+pub async fn restart(
+    State(m): State<AppState>,
+    Path((id, pid)): Path<(String, String)>,
+) -> ApiResult<Json<Process>> {
+    let pid = m.resolve_pid(&id, &pid).await?;
+    Ok(Json(view(m.restart_process(&id, pid).await?)))
+}
+
+/// Stop a process: SIGTERM to its group, SIGKILL after 2 s; a supervised one is not
+/// restarted.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/processes/{pid}", tag = "processes",
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")),
+    responses((status = 204), (status = 404, body = ErrorBody)))]
+pub async fn stop(
+    State(m): State<AppState>,
+    Path((id, pid)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let pid = m.resolve_pid(&id, &pid).await?;
+    m.stop_process(&id, pid).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// List background processes.
@@ -113,18 +99,19 @@ pub async fn list(
 
 /// One background process.
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path)),
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")),
     responses((status = 200, body = Process), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(m): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
 ) -> ApiResult<Json<Process>> {
-    Ok(Json(view(m.process(&id, parse_pid(&pid)?).await?)))
+    let pid = m.resolve_pid(&id, &pid).await?;
+    Ok(Json(view(m.process(&id, pid).await?)))
 }
 
 /// Stream a process's output (NDJSON, events carry offsets).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/processes/{pid}/output", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path), OutputQuery),
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name"), OutputQuery),
     responses((status = 200, body = StreamEvent, content_type = "application/x-ndjson"),
         (status = 404, body = ErrorBody)))]
 pub async fn output(
@@ -132,7 +119,7 @@ pub async fn output(
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> ApiResult<Response> {
-    let pid = parse_pid(&pid)?;
+    let pid = m.resolve_pid(&id, &pid).await?;
     // An unknown process is a 404, not a 200 whose stream holds only an error line.
     m.process(&id, pid).await?;
     let events = m
@@ -143,7 +130,7 @@ pub async fn output(
 
 /// Write to a process's stdin (raw body).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/stdin", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path)),
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn stdin(
@@ -151,7 +138,7 @@ pub async fn stdin(
     Path((id, pid)): Path<(String, String)>,
     req: axum::extract::Request,
 ) -> ApiResult<StatusCode> {
-    let pid = parse_pid(&pid)?;
+    let pid = m.resolve_pid(&id, &pid).await?;
     let data: Bytes = super::extract::read_limited(req, m.config().max_json_bytes).await?;
     m.write_stdin(&id, pid, data).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -159,40 +146,41 @@ pub async fn stdin(
 
 /// Close a process's stdin.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/stdin/close", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path)),
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
 pub async fn close_stdin(
     State(m): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    m.close_stdin(&id, parse_pid(&pid)?).await?;
+    let pid = m.resolve_pid(&id, &pid).await?;
+    m.close_stdin(&id, pid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Send a signal to a process (its process group).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/signal", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path)), request_body = SignalRequest,
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name")), request_body = SignalRequest,
     responses((status = 204), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn signal(
     State(m): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
     ApiJson(req): ApiJson<SignalRequest>,
 ) -> ApiResult<StatusCode> {
-    let pid = parse_pid(&pid)?;
+    let pid = m.resolve_pid(&id, &pid).await?;
     m.signal(&id, pid, signal_number(&req.signal)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Wait for a process to exit; returns it (still running if the timeout passed).
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/processes/{pid}/wait", tag = "processes",
-    params(("id" = String, Path), ("pid" = u64, Path), WaitQuery),
+    params(("id" = String, Path), ("pid" = String, Path, description = "pid or name"), WaitQuery),
     responses((status = 200, body = Process), (status = 404, body = ErrorBody)))]
 pub async fn wait(
     State(m): State<AppState>,
     Path((id, pid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<WaitQuery>,
 ) -> ApiResult<Json<Process>> {
-    let pid = parse_pid(&pid)?;
+    let pid = m.resolve_pid(&id, &pid).await?;
     let timeout_ms = match q.timeout_secs {
         Some(t) if !(t.is_finite() && t >= 0.0) => {
             return Err(Error::InvalidArgument("timeout_secs must not be negative".into()).into())

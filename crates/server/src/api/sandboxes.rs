@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::extract::{ApiJson, ApiQuery};
-use super::types::{CreateSandbox, ErrorBody, ListQuery, Sandbox, SandboxList};
+use super::types::{CreateSandbox, ErrorBody, ListQuery, Sandbox, SandboxList, UpdateSandbox};
 use super::{ApiResult, AppState};
 
 /// Create and boot a sandbox.
@@ -19,6 +19,20 @@ pub async fn create(
     ApiJson(req): ApiJson<CreateSandbox>,
 ) -> ApiResult<(StatusCode, Json<Sandbox>)> {
     Ok((StatusCode::CREATED, Json(m.create(req).await?)))
+}
+
+/// Change a live sandbox: its name, labels or egress lists.
+#[utoipa::path(patch, path = "/v1/sandboxes/{id}", tag = "sandboxes", request_body = UpdateSandbox,
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Sandbox), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "Name taken or wrong state", body = ErrorBody),
+        (status = 422, description = "Egress lists on a sandbox without internet", body = ErrorBody)))]
+pub async fn update(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateSandbox>,
+) -> ApiResult<Json<Sandbox>> {
+    Ok(Json(m.update(&id, req).await?))
 }
 
 /// List sandboxes (terminated ones only with `state=terminated`).

@@ -8,9 +8,6 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::lifecycle::State;
 
-/// Default image of a new sandbox.
-pub const DEFAULT_IMAGE: &str = "busybox";
-
 /// Error body of every non-2xx response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -47,10 +44,14 @@ pub enum NetworkModeName {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
-    /// Image name (default `busybox`); exclusive with `snapshot_id`.
+    /// Image name (default: the daemon's `default_image`, `python` unless configured;
+    /// built-in images are built on first use); exclusive with `snapshot_id`.
     pub image: Option<String>,
     /// Start from this snapshot instead of an image.
     pub snapshot_id: Option<String>,
+    /// A command (program and arguments) started in the background once the sandbox has
+    /// booted, as a container's entrypoint; with an image only.
+    pub entrypoint: Option<Vec<String>>,
     /// Unique among live sandboxes; usable wherever an id is.
     #[schema(pattern = "^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,62}$")]
     pub name: Option<String>,
@@ -123,6 +124,23 @@ pub struct Sandbox {
     /// Why the sandbox failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The command started in the background when the sandbox booted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<Vec<String>>,
+}
+
+/// `PATCH /v1/sandboxes/{id}`: what to change on a live sandbox; absent fields stay.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateSandbox {
+    /// A new name (unique among live sandboxes); naming an unnamed sandbox lets it suspend.
+    pub name: Option<String>,
+    /// Replaces the labels.
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Replaces the egress allow list (CIDRs) of a sandbox with internet access.
+    pub allow_out: Option<Vec<String>>,
+    /// Replaces the egress deny list (CIDRs) of a sandbox with internet access.
+    pub deny_out: Option<Vec<String>>,
 }
 
 /// `GET /v1/sandboxes`.
@@ -166,6 +184,159 @@ pub struct ExecRequest {
     /// Stream NDJSON events instead of one result (exec only).
     #[serde(default)]
     pub stream: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/processes`: a background process. With a `name`, a `restart`
+/// policy or a `health_check` it is supervised by the sandbox's agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnProcess {
+    /// Program: an absolute path or a name looked up in `PATH`.
+    #[schema(min_length = 1)]
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Absolute path.
+    #[schema(pattern = "^/")]
+    pub working_dir: Option<String>,
+    /// `name`, `uid` or `uid:gid`.
+    pub user: Option<String>,
+    /// Fixed standard input as UTF-8 text, then end of file.
+    pub stdin: Option<String>,
+    /// Fixed standard input as base64 (exclusive with `stdin`).
+    #[schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")]
+    pub stdin_b64: Option<String>,
+    /// Kill the process after this many seconds.
+    #[schema(exclusive_minimum = 0)]
+    pub timeout_secs: Option<f64>,
+    /// Unique among supervised processes that run; usable wherever a pid is. Not all
+    /// digits.
+    pub name: Option<String>,
+    /// `pipe` (default): standard input fed through the stdin routes; `closed`: end of file.
+    pub stdin_mode: Option<StdinModeName>,
+    /// `capture` (default) or `discard`.
+    pub stdout_mode: Option<OutputModeName>,
+    pub stderr_mode: Option<OutputModeName>,
+    pub restart: Option<RestartConfig>,
+    pub health_check: Option<HealthCheckConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StdinModeName {
+    Closed,
+    Pipe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputModeName {
+    Capture,
+    Discard,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartPolicyName {
+    Never,
+    OnFailure,
+    Always,
+}
+
+/// When a supervised process is started again after it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartConfig {
+    pub policy: RestartPolicyName,
+    /// Restarts allowed in all (none: no limit).
+    pub max_restarts: Option<u32>,
+    /// The first wait before a restart; it doubles each time up to `max_backoff_ms`.
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+fn default_initial_backoff_ms() -> u64 {
+    500
+}
+
+fn default_max_backoff_ms() -> u64 {
+    30_000
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthCheckKind {
+    Http,
+    Tcp,
+}
+
+/// How the agent tells a supervised process works: a TCP connection to `port` on the
+/// sandbox's loopback, or `GET path` answered below 400. `failure_threshold` failures in a
+/// row kill the process (its restart policy decides what follows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    #[serde(rename = "type")]
+    pub kind: HealthCheckKind,
+    pub port: u16,
+    /// For `http` (default `/`).
+    pub path: Option<String>,
+    #[serde(default = "default_initial_delay_ms")]
+    pub initial_delay_ms: u64,
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_failure_threshold")]
+    pub failure_threshold: u32,
+}
+
+fn default_initial_delay_ms() -> u64 {
+    5_000
+}
+
+fn default_interval_ms() -> u64 {
+    1_000
+}
+
+fn default_timeout_ms() -> u64 {
+    500
+}
+
+fn default_failure_threshold() -> u32 {
+    3
+}
+
+/// How a supervised process's previous run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProcessExit {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub oom_killed: bool,
+    pub ended_at: String,
+}
+
+/// The supervisor's view of a supervised process, across its runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ManagedProcess {
+    /// Its name, or its first pid when it has none.
+    pub id: String,
+    pub name: Option<String>,
+    /// `starting`, `running`, `backing_off` or `stopped`.
+    pub status: String,
+    pub restart_count: u32,
+    pub restart: RestartConfig,
+    pub health_check: Option<HealthCheckConfig>,
+    /// `disabled`, `starting`, `healthy` or `unhealthy`.
+    pub health_status: String,
+    pub consecutive_health_failures: u32,
+    pub last_exit: Option<ProcessExit>,
+    pub last_error: Option<String>,
+    pub next_restart_at: Option<String>,
 }
 
 /// Result of a non-streaming exec.
@@ -233,11 +404,20 @@ pub struct Process {
     pub args: Vec<String>,
     /// `running` or `exited`.
     pub state: String,
+    /// `running`, `exited` (by itself) or `signaled` (by a signal).
+    pub status: String,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub started_at: String,
+    pub ended_at: Option<String>,
     pub stdout_len: u64,
     pub stderr_len: u64,
+    /// Whether the stdin routes still reach its standard input.
+    pub stdin_writable: bool,
+    /// The name of a supervised process.
+    pub name: Option<String>,
+    /// Present for a supervised process.
+    pub managed: Option<ManagedProcess>,
 }
 
 /// `GET /v1/sandboxes/{id}/processes`.

@@ -1,64 +1,184 @@
-//! Admission control: caps on live sandboxes and on their summed `memory_mb`, reserved
-//! before anything is created and released when a sandbox stops holding resources.
+//! Admission: whether the host can take one more sandbox.
+//!
+//! A sandbox's `memory_mb` is a cap (its cgroup limit), not a reservation: most sandboxes use
+//! a fraction of it. So, as container runtimes do, admission overcommits limits and checks
+//! what the host really has. A sandbox is admitted when
+//! - fewer than `max_sandboxes` are live;
+//! - the limits of the live sandboxes, its own included, add up to no more than the
+//!   overcommit cap (`max_memory_mb`; by default `memory_overcommit` × host memory);
+//! - the host's available memory, less the reserve kept free and less what sandboxes
+//!   admitted in the last [`SETTLE`] have yet to take, covers what the new one needs to
+//!   start: its snapshot's memory images for a warm restore, [`BASELINE_NEED_MB`] for a
+//!   cold boot.
+//!
+//! A refusal names what is full; the manager queues the request for a bounded time first
+//! (and may suspend idle sandboxes to make room), see `Manager::admit`.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::backend::HostMemory;
 
-/// Reservations of live sandboxes.
+/// What a cold-booted sandbox takes at first: its agent, its disk server and the first
+/// pages of its image.
+pub const BASELINE_NEED_MB: u64 = 64;
+
+/// How long a new sandbox's start-up need counts as still to come: by then what it took
+/// shows in the host's available memory.
+pub const SETTLE: Duration = Duration::from_secs(10);
+
+/// The caps admission enforces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    pub max_sandboxes: usize,
+    /// Cap on the summed memory limits of live sandboxes, in MiB (the overcommit cap).
+    pub max_limits_mb: u64,
+    /// Host memory kept free, in MiB.
+    pub reserve_mb: u64,
+}
+
+/// What a new sandbox asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    /// Its memory limit (`memory_mb`).
+    pub limit_mb: u64,
+    /// What it takes to start.
+    pub need_mb: u64,
+}
+
+/// Why a sandbox was not admitted: what is full, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    Count(String),
+    Limits(String),
+    /// The host's memory: making room (suspending idle sandboxes) can help.
+    Memory(String),
+}
+
+impl Refusal {
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Count(m) | Refusal::Limits(m) | Refusal::Memory(m) => m,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    limit_mb: u64,
+    need_mb: u64,
+    since: Instant,
+}
+
+/// The live sandboxes admission knows of.
 #[derive(Debug)]
 pub struct Admission {
-    max_sandboxes: usize,
-    max_memory_mb: u64,
-    held: HashMap<String, u64>,
+    policy: Policy,
+    held: HashMap<String, Held>,
 }
 
 impl Admission {
-    pub fn new(max_sandboxes: u32, max_memory_mb: u64) -> Self {
+    pub fn new(policy: Policy) -> Self {
         Admission {
-            max_sandboxes: max_sandboxes as usize,
-            max_memory_mb,
+            policy,
             held: HashMap::new(),
         }
     }
 
-    /// Reserves room for sandbox `id` with `memory_mb`, or refuses at once.
-    pub fn reserve(&mut self, id: &str, memory_mb: u64) -> Result<()> {
-        if self.held.len() >= self.max_sandboxes {
-            return Err(Error::OverCapacity(format!(
-                "Sandbox limit reached: {} of {} in use",
-                self.held.len(),
-                self.max_sandboxes
-            )));
-        }
-        let used = self.memory_used();
-        if used.saturating_add(memory_mb) > self.max_memory_mb {
-            return Err(Error::OverCapacity(format!(
-                "Memory limit reached: {memory_mb} MiB requested, {} of {} MiB free",
-                self.max_memory_mb.saturating_sub(used),
-                self.max_memory_mb
-            )));
-        }
-        self.held.insert(id.to_string(), memory_mb);
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Admits sandbox `id`, or says what is full. `host` is `None` where host memory
+    /// cannot be read (only the caps apply then).
+    pub fn reserve(
+        &mut self,
+        id: &str,
+        want: Want,
+        host: Option<HostMemory>,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        self.check(want, host, now)?;
+        self.held.insert(
+            id.to_string(),
+            Held {
+                limit_mb: want.limit_mb,
+                need_mb: want.need_mb,
+                since: now,
+            },
+        );
         Ok(())
     }
 
-    /// Holds room for a sandbox recovered after a restart, even past the caps.
-    pub fn force(&mut self, id: &str, memory_mb: u64) {
-        self.held.insert(id.to_string(), memory_mb);
+    fn check(&self, want: Want, host: Option<HostMemory>, now: Instant) -> Result<(), Refusal> {
+        let p = self.policy;
+        if self.held.len() >= p.max_sandboxes {
+            return Err(Refusal::Count(format!(
+                "Sandbox limit reached: {} of {} in use",
+                self.held.len(),
+                p.max_sandboxes
+            )));
+        }
+        let limits = self.limits_mb();
+        if limits.saturating_add(want.limit_mb) > p.max_limits_mb {
+            return Err(Refusal::Limits(format!(
+                "Memory limit reached: {} MiB requested, {} of {} MiB of sandbox limits free \
+                 (the overcommit cap)",
+                want.limit_mb,
+                p.max_limits_mb.saturating_sub(limits),
+                p.max_limits_mb
+            )));
+        }
+        let Some(host) = host else {
+            return Ok(());
+        };
+        let pending = self.pending_mb(now);
+        let free = host
+            .available_mb
+            .saturating_sub(p.reserve_mb)
+            .saturating_sub(pending);
+        if want.need_mb > free {
+            return Err(Refusal::Memory(format!(
+                "Host memory is full: {} MiB needed to start, {} MiB available of {} MiB \
+                 ({} MiB kept free, {} MiB still to be taken by sandboxes just started)",
+                want.need_mb, host.available_mb, host.total_mb, p.reserve_mb, pending
+            )));
+        }
+        Ok(())
     }
 
-    /// Releases `id`'s reservation (idempotent).
+    /// Start-up needs of sandboxes admitted less than [`SETTLE`] ago.
+    fn pending_mb(&self, now: Instant) -> u64 {
+        self.held
+            .values()
+            .filter(|h| now.saturating_duration_since(h.since) < SETTLE)
+            .map(|h| h.need_mb)
+            .sum()
+    }
+
+    /// Holds room for a sandbox recovered after a restart (or resumed), even past the caps.
+    pub fn force(&mut self, id: &str, limit_mb: u64) {
+        self.held.insert(
+            id.to_string(),
+            Held {
+                limit_mb,
+                need_mb: 0,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    /// Releases `id` (idempotent).
     pub fn release(&mut self, id: &str) {
         self.held.remove(id);
     }
 
-    /// Summed memory of all reservations.
-    pub fn memory_used(&self) -> u64 {
-        self.held.values().sum()
+    /// Summed memory limits of the live sandboxes.
+    pub fn limits_mb(&self) -> u64 {
+        self.held.values().map(|h| h.limit_mb).sum()
     }
 
-    /// Number of reservations.
+    /// Number of live sandboxes.
     pub fn count(&self) -> usize {
         self.held.len()
     }
@@ -68,20 +188,75 @@ impl Admission {
 mod tests {
     use super::*;
 
+    fn policy() -> Policy {
+        Policy {
+            max_sandboxes: 2,
+            max_limits_mb: 1000,
+            reserve_mb: 100,
+        }
+    }
+
+    fn want(limit_mb: u64, need_mb: u64) -> Want {
+        Want { limit_mb, need_mb }
+    }
+
     #[test]
-    fn caps_count_and_memory() {
-        let mut a = Admission::new(2, 1000);
-        a.reserve("a", 600).unwrap();
-        let e = a.reserve("b", 500).unwrap_err();
-        assert_eq!(e.status_code().0, 429);
-        assert!(e.to_string().contains("Memory limit"), "{e}");
-        a.reserve("b", 400).unwrap();
-        let e = a.reserve("c", 1).unwrap_err();
-        assert!(e.to_string().contains("Sandbox limit"), "{e}");
+    fn caps_count_and_summed_limits() {
+        let mut a = Admission::new(policy());
+        let now = Instant::now();
+        a.reserve("a", want(600, 10), None, now).unwrap();
+        let e = a.reserve("b", want(500, 10), None, now).unwrap_err();
+        assert!(matches!(e, Refusal::Limits(_)), "{e:?}");
+        assert!(e.message().contains("overcommit"), "{e:?}");
+        a.reserve("b", want(400, 10), None, now).unwrap();
+        let e = a.reserve("c", want(1, 1), None, now).unwrap_err();
+        assert!(e.message().contains("Sandbox limit"), "{e:?}");
         a.release("a");
         a.release("a");
         assert_eq!(a.count(), 1);
-        a.reserve("c", 600).unwrap();
-        assert_eq!(a.memory_used(), 1000);
+        a.reserve("c", want(600, 10), None, now).unwrap();
+        assert_eq!(a.limits_mb(), 1000);
+    }
+
+    #[test]
+    fn limits_are_caps_not_reservations() {
+        // Five 4 GiB sandboxes on an 8 GiB host with plenty of memory actually free.
+        let mut a = Admission::new(Policy {
+            max_sandboxes: 10,
+            max_limits_mb: 16 << 10,
+            reserve_mb: 512,
+        });
+        let host = HostMemory {
+            total_mb: 8 << 10,
+            available_mb: 7 << 10,
+        };
+        let now = Instant::now();
+        for i in 0..4 {
+            a.reserve(&format!("s{i}"), want(4096, 300), Some(host), now)
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn real_memory_and_recent_starts_bound_admission() {
+        let mut a = Admission::new(Policy {
+            max_sandboxes: 10,
+            max_limits_mb: 1 << 20,
+            reserve_mb: 100,
+        });
+        let host = HostMemory {
+            total_mb: 1000,
+            available_mb: 700,
+        };
+        let t0 = Instant::now();
+        a.reserve("a", want(4096, 400), Some(host), t0).unwrap();
+        // 700 - 100 kept free - 400 about to be taken by "a" leaves 200.
+        let e = a.reserve("b", want(4096, 300), Some(host), t0).unwrap_err();
+        assert!(matches!(e, Refusal::Memory(_)), "{e:?}");
+        assert!(e.message().contains("300 MiB needed"), "{e:?}");
+        a.reserve("b", want(4096, 200), Some(host), t0).unwrap();
+        // Once they settled, what they took shows in the host's figure instead.
+        let later = t0 + SETTLE;
+        a.reserve("c", want(4096, 550), Some(host), later).unwrap();
     }
 }

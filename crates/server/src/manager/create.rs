@@ -2,16 +2,18 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::admission::{Refusal, Want, BASELINE_NEED_MB};
 use super::{lock, now_rfc3339, Entry, Manager};
-use crate::api::types::{
-    CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox, DEFAULT_IMAGE,
-};
+use crate::api::types::{CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox};
 use crate::backend::{BootSpec, ImageSpec, NetworkSpec};
 use crate::error::{Error, Result};
 use crate::lifecycle::{plan, Op, State};
 use crate::store::SandboxRow;
+
+/// How often a request waiting for room looks again (it also wakes when a sandbox ends).
+const ADMIT_POLL: Duration = Duration::from_millis(250);
 
 /// Longest sandbox name.
 const MAX_NAME: usize = 63;
@@ -21,7 +23,7 @@ pub fn new_id() -> String {
     crate::ids::random_id("sb")
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(super) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -48,7 +50,7 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
-fn check_cidrs(list: &[String]) -> Result<()> {
+pub(super) fn check_cidrs(list: &[String]) -> Result<()> {
     for c in list {
         let (addr, prefix) = c.split_once('/').unwrap_or((c, "32"));
         let ok = addr.parse::<std::net::Ipv4Addr>().is_ok()
@@ -118,6 +120,24 @@ pub fn validate(req: &CreateSandbox) -> Result<()> {
     check_env(&req.env)?;
     check_env(&req.secrets)?;
     network_of(req)?;
+    check_entrypoint(req)
+}
+
+fn check_entrypoint(req: &CreateSandbox) -> Result<()> {
+    let Some(argv) = &req.entrypoint else {
+        return Ok(());
+    };
+    if req.snapshot_id.is_some() {
+        return Err(Error::Unsupported(
+            "entrypoint applies to sandboxes created from an image; a snapshot brings its own processes"
+                .into(),
+        ));
+    }
+    if argv.first().is_none_or(|c| c.is_empty()) || argv.iter().any(|a| a.contains('\0')) {
+        return Err(Error::InvalidArgument(
+            "entrypoint must be a program and its arguments, without NUL bytes".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -160,6 +180,7 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
         last_active_at: now,
         fork: None,
         error: None,
+        entrypoint: req.entrypoint.clone(),
     };
     Ok(SandboxRow { view, boot })
 }
@@ -174,18 +195,65 @@ impl Manager {
             return self.create_from_snapshot(req).await;
         }
         let image = self
-            .resolve_image(req.image.as_deref().unwrap_or(DEFAULT_IMAGE))
+            .resolve_image(req.image.as_deref().unwrap_or(&self.config.default_image))
             .await?;
         let row = row_for(&new_id(), &req, image)?;
-        let entry = self.admit(row)?;
+        let entry = self.admit(row, BASELINE_NEED_MB).await?;
         let started = Instant::now();
         let result = self.boot(&entry).await;
         self.metrics.create.observe(started.elapsed());
         result
     }
 
-    /// Reserves room and registers the entry, atomically with the name check.
-    pub(super) fn admit(&self, row: SandboxRow) -> Result<Arc<Entry>> {
+    /// Reserves room and registers the entry, atomically with the name check. When the
+    /// host is full the request waits, up to `admission_wait_secs`, for room (idle named
+    /// sandboxes are suspended to make it, see [`Manager::relieve_pressure`]), then is
+    /// refused with 429 naming what is full.
+    pub(super) async fn admit(&self, row: SandboxRow, need_mb: u64) -> Result<Arc<Entry>> {
+        let want = Want {
+            limit_mb: row.boot.memory_mb,
+            need_mb,
+        };
+        let wait = Duration::from_secs(self.config.admission_wait_secs);
+        let deadline = Instant::now() + wait;
+        let mut relieved = false;
+        loop {
+            let released = self.released.notified();
+            let refusal = match self.try_admit(&row, want)? {
+                Ok(entry) => return Ok(entry),
+                Err(refusal) => refusal,
+            };
+            self.check_open()?;
+            let now = Instant::now();
+            if now >= deadline {
+                let waited = if wait.is_zero() {
+                    String::new()
+                } else {
+                    format!(" (waited {} s for room)", wait.as_secs())
+                };
+                self.metrics.admission_refusals.inc();
+                return Err(Error::OverCapacity(format!(
+                    "{}{waited}",
+                    refusal.message()
+                )));
+            }
+            if matches!(refusal, Refusal::Memory(_)) && !relieved {
+                relieved = true;
+                self.relieve_pressure(want.need_mb).await;
+                continue;
+            }
+            let _ = tokio::time::timeout((deadline - now).min(ADMIT_POLL), released).await;
+        }
+    }
+
+    /// One admission attempt: `Err` for a request that can never pass (a taken name),
+    /// `Ok(Err)` for one that may pass once there is room.
+    fn try_admit(
+        &self,
+        row: &SandboxRow,
+        want: Want,
+    ) -> Result<std::result::Result<Arc<Entry>, Refusal>> {
+        let host = self.backend.host_memory();
         let mut reg = self.registry_mut();
         if let Some(name) = &row.view.name {
             let taken = reg.entries.values().any(|e| {
@@ -198,10 +266,15 @@ impl Manager {
                 )));
             }
         }
-        reg.admission.reserve(&row.view.id, row.boot.memory_mb)?;
-        let entry = Entry::new(row);
+        if let Err(refusal) = reg
+            .admission
+            .reserve(&row.view.id, want, host, Instant::now())
+        {
+            return Ok(Err(refusal));
+        }
+        let entry = Entry::new(row.clone());
         reg.entries.insert(entry.view().id, entry.clone());
-        Ok(entry)
+        Ok(Ok(entry))
     }
 
     async fn boot(&self, entry: &Arc<Entry>) -> Result<Sandbox> {
@@ -219,7 +292,11 @@ impl Manager {
             self.registry_mut().admission.release(&id);
             return Err(e.into());
         }
-        match self.backend.create(&row.boot).await {
+        let booted = match self.backend.create(&row.boot).await {
+            Ok(booted) => self.start_entrypoint(&id, &row.view).await.map(|()| booted),
+            Err(e) => Err(e),
+        };
+        match booted {
             Ok(booted) => {
                 lock(&entry.row).view.network.address = booted.address;
                 self.set_state(entry, p.success, None).await?;
@@ -235,6 +312,25 @@ impl Manager {
                 Err(e.into())
             }
         }
+    }
+}
+
+impl Manager {
+    /// Starts a new sandbox's entrypoint as a background process.
+    async fn start_entrypoint(
+        &self,
+        id: &str,
+        view: &Sandbox,
+    ) -> std::result::Result<(), crate::backend::BackendError> {
+        let Some((command, args)) = view.entrypoint.as_ref().and_then(|a| a.split_first()) else {
+            return Ok(());
+        };
+        let exec = proto::agent::ExecRequest {
+            command: command.clone(),
+            args: args.to_vec(),
+            ..Default::default()
+        };
+        self.backend.spawn(id, exec.into()).await.map(drop)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo, SpawnRequest};
 use tokio::sync::mpsc;
 
 use super::Manager;
@@ -110,9 +110,50 @@ impl Manager {
         rx
     }
 
-    pub async fn spawn(&self, id_or_name: &str, req: ExecRequest) -> Result<ProcessInfo> {
+    pub async fn spawn(&self, id_or_name: &str, req: SpawnRequest) -> Result<ProcessInfo> {
         let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.spawn(&id, req).await?)
+    }
+
+    /// The pid a route's `{pid}` names: a number, or a supervised process's name (its
+    /// latest run).
+    pub async fn resolve_pid(&self, id_or_name: &str, pid_or_name: &str) -> Result<u64> {
+        if let Ok(pid) = pid_or_name.parse() {
+            return Ok(pid);
+        }
+        if pid_or_name.is_empty()
+            || pid_or_name
+                .bytes()
+                .any(|b| b.is_ascii_control() || b == b'/')
+        {
+            return Err(Error::InvalidArgument(format!(
+                "Invalid process id or name {pid_or_name:?}"
+            )));
+        }
+        self.processes(id_or_name)
+            .await?
+            .into_iter()
+            .filter(|p| p.name.as_deref() == Some(pid_or_name))
+            .map(|p| p.id)
+            .max()
+            .ok_or_else(|| Error::NotFound(format!("No process named {pid_or_name}")))
+    }
+
+    /// Stops process `pid` and starts its request again; returns the new run.
+    pub async fn restart_process(&self, id_or_name: &str, pid: u64) -> Result<ProcessInfo> {
+        self.process(id_or_name, pid).await?;
+        let new_pid = {
+            let (id, _plane) = self.using(id_or_name).await?;
+            self.backend.restart(&id, pid).await?
+        };
+        self.process(id_or_name, new_pid).await
+    }
+
+    /// Stops process `pid` (a supervised one for good).
+    pub async fn stop_process(&self, id_or_name: &str, pid: u64) -> Result<()> {
+        self.process(id_or_name, pid).await?;
+        let (id, _plane) = self.using(id_or_name).await?;
+        Ok(self.backend.stop(&id, pid).await?)
     }
 
     pub async fn processes(&self, id_or_name: &str) -> Result<Vec<ProcessInfo>> {

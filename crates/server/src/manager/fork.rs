@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use super::admission::BASELINE_NEED_MB;
 use super::create::{new_id, validate};
 use super::{lock, now_rfc3339, Entry, Manager};
 use crate::api::types::{CreateSandbox, ForkInfo, NetworkModeName, NetworkView, Sandbox};
@@ -122,6 +123,7 @@ fn child_row(rec: &SnapshotRecord, c: &Child) -> SandboxRow {
             parent_snapshot_id: rec.view.id.clone(),
         }),
         error: None,
+        entrypoint: None,
     };
     SandboxRow { view, boot }
 }
@@ -167,7 +169,13 @@ impl Manager {
     pub(super) async fn start_child(&self, rec: &SnapshotRecord, c: Child) -> Result<Sandbox> {
         self.check_open()?;
         let row = child_row(rec, &c);
-        let entry = self.admit(row)?;
+        // A warm restore maps its snapshot's memory images; a cold boot starts small.
+        let need_mb = if rec.memory_dir.is_some() {
+            (rec.view.size_bytes >> 20).max(BASELINE_NEED_MB)
+        } else {
+            BASELINE_NEED_MB
+        };
+        let entry = self.admit(row, need_mb).await?;
         self.restore_entry(&entry, rec, c).await
     }
 

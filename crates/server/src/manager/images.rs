@@ -1,9 +1,11 @@
 //! Images: named, sealed base layers built by the backend and recorded in the store.
 
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 
-use super::{now_rfc3339, Manager};
-use crate::api::types::{BuildImage, Image, DEFAULT_IMAGE};
+use super::{lock, now_rfc3339, Manager};
+use crate::api::types::{BuildImage, Image};
 use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
 
@@ -166,38 +168,114 @@ impl Manager {
         Ok(())
     }
 
-    /// The image a new sandbox boots from; the default image is built on first use.
+    /// The image a new sandbox boots from; a built-in image is built on first use.
     pub(super) async fn resolve_image(&self, name: &str) -> Result<ImageSpec> {
+        let (tx, mut rx) = mpsc::channel(16);
+        tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let i = self.ensure_image(name, tx).await?;
+        Ok(ImageSpec {
+            name: i.name,
+            layer_id: i.layer_id,
+        })
+    }
+
+    /// Image `name`, built first when it is a built-in one not built yet. Concurrent
+    /// callers share one build and each sees all of its progress lines; the build goes on
+    /// when a caller leaves.
+    pub async fn ensure_image(&self, name: &str, progress: mpsc::Sender<String>) -> Result<Image> {
+        self.check_open()?;
         if let Some(i) = self.store.image(name.to_string()).await? {
-            return Ok(ImageSpec {
-                name: i.name,
-                layer_id: i.layer_id,
-            });
+            return Ok(i);
         }
-        if name != DEFAULT_IMAGE {
+        if !BUILDERS.contains(&name) {
             return Err(Error::NotFound(format!(
-                "Image {name} not found (build it with `sandfork image build {name} --builder ...`)"
+                "Image {name} not found (built-in images: {}; build others with `sandfork image build`)",
+                BUILDERS.join(", ")
             )));
         }
+        self.shared_build(name).follow(progress).await
+    }
+
+    /// The build of built-in image `name` in flight, started if there is none.
+    fn shared_build(&self, name: &str) -> Arc<SharedBuild> {
+        let mut builds = lock(&self.shared_builds);
+        if let Some(b) = builds.get(name) {
+            return b.clone();
+        }
+        let build = Arc::new(SharedBuild::default());
+        builds.insert(name.to_string(), build.clone());
+        let (me, name, b) = (self.weak_self(), name.to_string(), build.clone());
+        tokio::spawn(async move {
+            let Some(m) = me.upgrade() else { return };
+            let result = m.build_if_missing(&name, &b).await;
+            lock(&m.shared_builds).remove(&name);
+            b.finish(result);
+        });
+        build
+    }
+
+    async fn build_if_missing(&self, name: &str, build: &Arc<SharedBuild>) -> Result<Image> {
         let _build = self.image_builds.lock().await;
         if let Some(i) = self.store.image(name.to_string()).await? {
-            return Ok(ImageSpec {
-                name: i.name,
-                layer_id: i.layer_id,
-            });
+            return Ok(i);
         }
+        let (tx, mut rx) = mpsc::channel::<String>(64);
+        let log = build.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                log.push(line);
+            }
+        });
+        build.push(format!("building the {name} image (first use; once)"));
         let req = BuildImage {
             name: name.into(),
             builder: name.into(),
             ..Default::default()
         };
-        let (tx, mut rx) = mpsc::channel(16);
-        tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let i = self.build_locked(req, tx).await?;
-        Ok(ImageSpec {
-            name: i.name,
-            layer_id: i.layer_id,
-        })
+        let result = self.build_locked(req, tx).await;
+        let _ = forward.await;
+        result
+    }
+}
+
+/// One build of a built-in image, shared by every request that needs it meanwhile.
+#[derive(Default)]
+pub(super) struct SharedBuild {
+    log: std::sync::Mutex<Vec<String>>,
+    result: std::sync::Mutex<Option<std::result::Result<Image, Error>>>,
+    changed: tokio::sync::Notify,
+}
+
+impl SharedBuild {
+    fn push(&self, line: String) {
+        lock(&self.log).push(line);
+        self.changed.notify_waiters();
+    }
+
+    fn finish(&self, result: Result<Image>) {
+        *lock(&self.result) = Some(result);
+        self.changed.notify_waiters();
+    }
+
+    /// Sends every progress line (from the first) to `progress`, until the build ends;
+    /// then its result.
+    async fn follow(&self, progress: mpsc::Sender<String>) -> Result<Image> {
+        let mut sent = 0;
+        loop {
+            let changed = self.changed.notified();
+            let lines: Vec<String> = lock(&self.log)[sent..].to_vec();
+            sent += lines.len();
+            for line in lines {
+                let _ = progress.send(line).await;
+            }
+            if let Some(result) = &*lock(&self.result) {
+                if lock(&self.log).len() == sent {
+                    return result.as_ref().cloned().map_err(Error::for_another);
+                }
+                continue;
+            }
+            changed.await;
+        }
     }
 }
 

@@ -10,6 +10,7 @@ mod create;
 mod data;
 mod fork;
 mod images;
+mod pressure;
 mod reaper;
 mod recover;
 mod snapshots;
@@ -17,6 +18,7 @@ mod suspend;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod update;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,7 +35,7 @@ use crate::logs::RateLimit;
 use crate::metrics::Metrics;
 use crate::store::{SandboxRow, Store};
 
-pub use admission::Admission;
+pub use admission::{Admission, Policy};
 pub use images::{validate_build, BUILDERS};
 pub use reaper::{idle_action, IdleAction};
 pub use snapshots::CheckpointArgs;
@@ -110,6 +112,10 @@ pub struct Manager {
     shutting_down: AtomicBool,
     /// Serializes image builds (and the default image's first build).
     image_builds: tokio::sync::Mutex<()>,
+    /// Builds of built-in images in flight, by name (see `Manager::ensure_image`).
+    shared_builds: Mutex<HashMap<String, Arc<images::SharedBuild>>>,
+    /// Woken whenever a sandbox stops holding resources (requests wait on it for room).
+    released: tokio::sync::Notify,
     me: Weak<Manager>,
 }
 
@@ -121,7 +127,8 @@ impl Manager {
         store: Store,
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Manager>> {
-        let admission = Admission::new(config.max_sandboxes, config.max_memory_mb);
+        let host_total_mb = backend.host_memory().map_or(0, |m| m.total_mb);
+        let admission = Admission::new(config.admission_policy(host_total_mb));
         let manager = Arc::new_cyclic(|me| Manager {
             backend,
             store,
@@ -134,6 +141,8 @@ impl Manager {
             }),
             shutting_down: AtomicBool::new(false),
             image_builds: tokio::sync::Mutex::new(()),
+            shared_builds: Mutex::new(HashMap::new()),
+            released: tokio::sync::Notify::new(),
             me: me.clone(),
         });
         manager.recover().await?;
@@ -237,6 +246,7 @@ impl Manager {
         };
         if !state.is_live() {
             self.registry_mut().admission.release(&row.view.id);
+            self.released.notify_waiters();
         }
         if let Err(e) = self.store.put_sandbox(row).await {
             if state.is_transitional() && before.state.is_live() {

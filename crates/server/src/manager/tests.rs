@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use proto::agent::{DirEntry, ExecRequest, ExitInfo, ExitStatus, FileStat, ProcessInfo};
+use proto::agent::{
+    DirEntry, ExecRequest, ExitInfo, ExitStatus, FileStat, ProcessInfo, SpawnRequest,
+};
 use tokio::sync::mpsc;
 
 use super::Manager;
@@ -36,6 +38,9 @@ struct Fake {
     max_in_create: AtomicUsize,
     images: Mutex<Vec<(String, BuiltImage)>>,
     removed_images: Mutex<Vec<String>>,
+    host: Mutex<Option<HostMemory>>,
+    builds: AtomicUsize,
+    build_delay_ms: u64,
 }
 
 fn unsupported<T>() -> BackendResult<T> {
@@ -44,6 +49,9 @@ fn unsupported<T>() -> BackendResult<T> {
 
 #[async_trait]
 impl Backend for Fake {
+    fn host_memory(&self) -> Option<HostMemory> {
+        *self.host.lock().unwrap()
+    }
     async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()> {
         *self.cleaned_keep.lock().unwrap() = Some(keep.to_vec());
         Ok(())
@@ -94,7 +102,13 @@ impl Backend for Fake {
         });
         Ok(rx)
     }
-    async fn spawn(&self, _: &str, _: ExecRequest) -> BackendResult<ProcessInfo> {
+    async fn spawn(&self, _: &str, _: SpawnRequest) -> BackendResult<ProcessInfo> {
+        unsupported()
+    }
+    async fn restart(&self, _: &str, _: u64) -> BackendResult<u64> {
+        unsupported()
+    }
+    async fn stop(&self, _: &str, _: u64) -> BackendResult<()> {
         unsupported()
     }
     async fn processes(&self, _: &str) -> BackendResult<Vec<ProcessInfo>> {
@@ -150,7 +164,10 @@ impl Backend for Fake {
         req: &ImageBuild,
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage> {
+        self.builds.fetch_add(1, Ordering::SeqCst);
         let _ = progress.send(format!("building {}", req.name)).await;
+        tokio::time::sleep(Duration::from_millis(self.build_delay_ms)).await;
+        let _ = progress.send(format!("sealed {}", req.name)).await;
         Ok(BuiltImage {
             layer_id: format!("layer-{}", req.name),
             size_bytes: 1,
@@ -187,6 +204,8 @@ fn setup(max_sandboxes: u32, max_memory_mb: u64) -> Setup {
         max_sandboxes,
         max_memory_mb,
         reaper_interval_ms: 20,
+        admission_wait_secs: 0,
+        default_image: "busybox".into(),
         ..Config::default()
     };
     Setup {
@@ -264,6 +283,109 @@ async fn admission_refuses_at_once_and_releases() {
         2,
         "refused creates left nothing"
     );
+}
+
+#[tokio::test]
+async fn a_full_host_queues_requests_until_a_sandbox_ends() {
+    let mut s = setup(1, 1000);
+    s.config.admission_wait_secs = 5;
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let a = m.create(req(64)).await.unwrap();
+    let queued = {
+        let m = m.clone();
+        tokio::spawn(async move { m.create(req(64)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!queued.is_finished(), "waits for room");
+    m.terminate(&a.id).await.unwrap();
+    let b = tokio::time::timeout(Duration::from_secs(2), queued)
+        .await
+        .expect("admitted once the first sandbox ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.state, State::Running);
+}
+
+#[tokio::test]
+async fn a_request_that_waited_in_vain_is_refused_naming_what_is_full() {
+    let mut s = setup(1, 1000);
+    s.config.admission_wait_secs = 1;
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    m.create(req(64)).await.unwrap();
+    let started = std::time::Instant::now();
+    let e = m.create(req(64)).await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(900), "it waited");
+    assert_eq!(e.status_code().0, 429);
+    assert!(e.message().contains("Sandbox limit reached"), "{e:?}");
+    assert!(e.message().contains("waited 1 s"), "{e:?}");
+    assert_eq!(m.metrics().admission_refusals.get(), 1);
+}
+
+#[tokio::test]
+async fn memory_limits_are_caps_and_real_memory_decides() {
+    // Tensorlake's published fork example: a 4 GiB base and five 4 GiB workers on a
+    // 24 GiB host whose memory is mostly free.
+    let s = setup(100, 0);
+    let fake = Arc::new(Fake::default());
+    *fake.host.lock().unwrap() = Some(HostMemory {
+        total_mb: 24 << 10,
+        available_mb: 22 << 10,
+    });
+    let m = manager(&s, fake.clone()).await;
+    for _ in 0..6 {
+        m.create(req(4096)).await.unwrap();
+    }
+    *fake.host.lock().unwrap() = Some(HostMemory {
+        total_mb: 24 << 10,
+        available_mb: 1000,
+    });
+    let e = m.create(req(256)).await.unwrap_err();
+    assert_eq!(e.status_code().0, 429);
+    assert!(e.message().contains("Host memory is full"), "{e:?}");
+}
+
+#[tokio::test]
+async fn built_in_images_are_built_once_on_first_use_and_share_progress() {
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake {
+        build_delay_ms: 300,
+        ..Fake::default()
+    });
+    let m = manager(&s, fake.clone()).await;
+    let follow = |m: Arc<Manager>| async move {
+        let (tx, mut rx) = mpsc::channel(16);
+        let lines = tokio::spawn(async move {
+            let mut lines = Vec::new();
+            while let Some(l) = rx.recv().await {
+                lines.push(l);
+            }
+            lines
+        });
+        let image = m.ensure_image("python", tx).await.unwrap();
+        (image, lines.await.unwrap())
+    };
+    let (a, b) = tokio::join!(follow(m.clone()), follow(m.clone()));
+    assert_eq!(fake.builds.load(Ordering::SeqCst), 1, "one build for both");
+    assert_eq!(a.0, b.0);
+    for (_, lines) in [&a, &b] {
+        assert!(lines.iter().any(|l| l.contains("first use")), "{lines:?}");
+        assert!(lines.iter().any(|l| l == "sealed python"), "{lines:?}");
+    }
+    let sb = m
+        .create(CreateSandbox {
+            image: Some("python".into()),
+            ..req(64)
+        })
+        .await
+        .unwrap();
+    assert_eq!(sb.image, "python");
+    assert_eq!(fake.builds.load(Ordering::SeqCst), 1, "built once");
+    let e = m
+        .ensure_image("nope", mpsc::channel(1).0)
+        .await
+        .unwrap_err();
+    assert_eq!(e.status_code().0, 404);
+    assert!(e.message().contains("built-in images"), "{e:?}");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ pub fn host_err(e: runtime::Error) -> BackendError {
         runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
         runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
         runtime::Error::PoolExhausted => BackendError::Unavailable(e.to_string()),
+        runtime::Error::Unsupported(m) => BackendError::Unsupported(m),
         other => BackendError::Host(error_chain(&other)),
     }
 }
@@ -36,6 +37,17 @@ pub fn agent_err(e: ClientError) -> BackendError {
         ClientError::TooLarge(n) => BackendError::TooLarge(format!("Output exceeds {n} bytes")),
         other => BackendError::Unavailable(format!("Agent unreachable: {}", error_chain(&other))),
     }
+}
+
+/// A background process that fails to start: a name already taken is a conflict, anything
+/// else as for [`exec_err`].
+pub fn spawn_err(e: ClientError) -> BackendError {
+    if let ClientError::Agent(a) = &e {
+        if a.kind == ErrorKind::AlreadyExists {
+            return BackendError::Conflict(a.message.clone());
+        }
+    }
+    exec_err(e)
 }
 
 /// An exec that fails to start is the caller's mistake (e.g. no such program).

@@ -12,7 +12,7 @@ use agent::client::WriteOptions;
 use agent::AgentClient;
 use async_trait::async_trait;
 use bytes::Bytes;
-use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo};
+use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo, SpawnRequest};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
 use runtime::{
@@ -27,7 +27,7 @@ mod errors;
 mod snapshots;
 mod streams;
 
-use errors::{agent_err, error_chain, exec_err, host_err};
+use errors::{agent_err, error_chain, exec_err, host_err, spawn_err};
 use streams::{pump_attach, pump_exec, until_error};
 
 /// The container runtime as the daemon's backend.
@@ -124,6 +124,14 @@ fn booted(h: &runtime::SandboxHandle) -> Booted {
 
 #[async_trait]
 impl Backend for RuncBackend {
+    fn host_memory(&self) -> Option<HostMemory> {
+        let (total_mb, available_mb) = runtime::space::memory_mb().ok()?;
+        Some(HostMemory {
+            total_mb,
+            available_mb,
+        })
+    }
+
     async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()> {
         // First: the steps below stop at their first error.
         let images = self.images.clone();
@@ -195,9 +203,9 @@ impl Backend for RuncBackend {
         Ok(pump_exec(stream))
     }
 
-    async fn spawn(&self, id: &str, req: ExecRequest) -> BackendResult<ProcessInfo> {
+    async fn spawn(&self, id: &str, req: SpawnRequest) -> BackendResult<ProcessInfo> {
         let agent = self.agent(id)?;
-        let (pid, _) = agent.spawn(req).await.map_err(exec_err)?;
+        let (pid, _) = agent.spawn(req).await.map_err(spawn_err)?;
         let list = agent.list_processes().await.map_err(agent_err)?;
         list.into_iter()
             .find(|p| p.id == pid)
@@ -206,6 +214,35 @@ impl Backend for RuncBackend {
 
     async fn processes(&self, id: &str) -> BackendResult<Vec<ProcessInfo>> {
         self.agent(id)?.list_processes().await.map_err(agent_err)
+    }
+
+    async fn set_egress(
+        &self,
+        id: &str,
+        allow_out: &[String],
+        deny_out: &[String],
+    ) -> BackendResult<()> {
+        let cidrs = |list: &[String]| {
+            list.iter()
+                .map(|c| {
+                    c.parse()
+                        .map_err(|_| BackendError::InvalidInput(format!("Invalid CIDR {c:?}")))
+                })
+                .collect::<BackendResult<Vec<_>>>()
+        };
+        self.runtime
+            .set_egress(id, cidrs(allow_out)?, cidrs(deny_out)?)
+            .await
+            .map_err(host_err)
+    }
+
+    async fn restart(&self, id: &str, pid: u64) -> BackendResult<u64> {
+        let (new_pid, _) = self.agent(id)?.restart(pid).await.map_err(exec_err)?;
+        Ok(new_pid)
+    }
+
+    async fn stop(&self, id: &str, pid: u64) -> BackendResult<()> {
+        self.agent(id)?.stop(pid).await.map_err(agent_err)
     }
 
     async fn attach(

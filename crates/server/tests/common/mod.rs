@@ -42,6 +42,7 @@ impl TestDaemon {
             data_dir: data.clone(),
             socket: Some(dir.path().join("api.sock")),
             reaper_interval_ms: 100,
+            default_image: "busybox".into(),
             ..Config::default()
         };
         f(&mut config);

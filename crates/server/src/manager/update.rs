@@ -1,0 +1,91 @@
+//! Changing a live sandbox: its name, labels and egress lists.
+
+use super::create::{check_cidrs, check_name};
+use super::{lock, Manager};
+use crate::api::types::{NetworkModeName, Sandbox, UpdateSandbox};
+use crate::error::{Error, Result};
+use crate::lifecycle::State;
+
+impl Manager {
+    /// Applies `req` to a live sandbox; egress lists take effect at once on a running one
+    /// and at resume on a suspended one.
+    pub async fn update(&self, id_or_name: &str, req: UpdateSandbox) -> Result<Sandbox> {
+        self.check_open()?;
+        if req == UpdateSandbox::default() {
+            return Err(Error::InvalidArgument(
+                "Nothing to change: give name, labels, allow_out or deny_out".into(),
+            ));
+        }
+        if let Some(name) = &req.name {
+            check_name(name)?;
+        }
+        let egress = req.allow_out.is_some() || req.deny_out.is_some();
+        for list in [&req.allow_out, &req.deny_out].into_iter().flatten() {
+            check_cidrs(list)?;
+        }
+        let entry = self.find(id_or_name)?;
+        let _op = entry.op.lock().await;
+        let view = entry.view();
+        let id = view.id.clone();
+        let state = view.state;
+        if !matches!(state, State::Running | State::Suspended) {
+            return Err(Error::WrongState { id, state });
+        }
+        if egress && view.network.mode != NetworkModeName::Internet {
+            return Err(Error::Unsupported(format!(
+                "Sandbox {id} has no internet access, so it has no egress lists to change"
+            )));
+        }
+        let allow = req.allow_out.unwrap_or(view.network.allow_out);
+        let deny = req.deny_out.unwrap_or(view.network.deny_out);
+        if egress && state == State::Running {
+            self.backend.set_egress(&id, &allow, &deny).await?;
+        }
+        self.rename_and_relabel(
+            &entry,
+            req.name,
+            req.labels,
+            egress.then_some((allow, deny)),
+        )?;
+        self.store.put_sandbox(entry.row()).await?;
+        tracing::info!(sandbox = %id, "sandbox updated");
+        Ok(entry.view())
+    }
+
+    /// Sets the new fields, checking the name is free atomically with taking it.
+    fn rename_and_relabel(
+        &self,
+        entry: &super::Entry,
+        name: Option<String>,
+        labels: Option<std::collections::BTreeMap<String, String>>,
+        egress: Option<(Vec<String>, Vec<String>)>,
+    ) -> Result<()> {
+        let id = entry.view().id;
+        let reg = self.registry_mut();
+        if let Some(name) = &name {
+            let taken = reg.entries.values().any(|e| {
+                let r = lock(&e.row);
+                r.view.id != id && r.view.state.is_live() && r.view.name.as_ref() == Some(name)
+            });
+            if taken {
+                return Err(Error::Conflict(format!(
+                    "A sandbox named {name} already exists"
+                )));
+            }
+        }
+        let mut row = lock(&entry.row);
+        if name.is_some() {
+            row.view.name = name;
+        }
+        if let Some(labels) = labels {
+            row.view.labels = labels;
+        }
+        if let Some((allow, deny)) = egress {
+            row.view.network.allow_out.clone_from(&allow);
+            row.view.network.deny_out.clone_from(&deny);
+            row.boot.network.allow_out = allow;
+            row.boot.network.deny_out = deny;
+        }
+        Ok(())
+    }
+}
