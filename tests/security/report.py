@@ -28,6 +28,7 @@ PROMISES = OrderedDict(
         ("network", "A sandbox cannot reach the host's services or another sandbox over the network, nor open raw or packet sockets."),
         ("resources", "A sandbox cannot exhaust the host or hurt its neighbours: fork bombs, memory hogs, disk and inode fill, output floods, exec storms."),
         ("file API", "File API paths resolve inside the sandbox; bad paths and sizes get a clear 4xx, never a 500."),
+        ("host side", "What a sandbox leaves on the host (its disk's mounts, the data directory, core dumps) gives no host user anything: mounts are nosuid,nodev, the data directory is root's alone, no core is ever dumped."),
     ]
 )
 

@@ -48,13 +48,16 @@ pub const DURABLE_OPTIONS: &str = "errors=remount-ro";
 pub const WRITEBACK_OPTIONS: &str =
     "errors=remount-ro,data=writeback,journal_async_commit,nobarrier";
 
-/// Mounts the ext4 filesystem on `device` at `mountpoint` with `options`.
+/// Mounts the ext4 filesystem on `device` at `mountpoint` with `options`, `nosuid` and
+/// `nodev`: a sandbox's root can plant setuid binaries and device nodes on its disk, and
+/// the host must never honour them (inside, no_new_privs ignores setuid bits anyway, and
+/// `/dev` is a mount of its own).
 pub fn mount_ext4(device: &Path, mountpoint: &Path, options: &str) -> Result<()> {
     mount(
         Some(device),
         mountpoint,
         Some("ext4"),
-        MsFlags::empty(),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(options),
     )
     .map_err(Error::sys(format!(

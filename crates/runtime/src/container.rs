@@ -130,9 +130,14 @@ impl Inner {
                 "sandbox {id} has no network of its own (created without internet access)"
             )));
         };
-        self.host.nft_apply(&crate::net::sandbox_rules_replace(
-            alloc, &allow_out, &deny_out,
-        ))?;
+        let host = crate::net::HostNet::of_host();
+        let egress = crate::net::Egress {
+            allow: &allow_out,
+            deny: &deny_out,
+            host: &host,
+        };
+        self.host
+            .nft_apply(&crate::net::sandbox_rules_replace(alloc, &egress))?;
         record.spec.network = crate::NetworkMode::Internet {
             allow_out,
             deny_out,

@@ -6,6 +6,7 @@
 //! happens, so a failed build leaves no half image behind.
 
 mod chroot;
+mod fsck;
 mod layers;
 pub mod rootfs;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, IoContext, Result};
 use crate::spec::ImageRef;
 
+pub use fsck::check_layer;
 pub use layers::{import_oci_layout, import_tarball};
 
 /// Image metadata, stored as `<images dir>/<name>.json`.

@@ -155,8 +155,14 @@ fn build_net(
         ctx.host.veth_add(&record.names.netns, &alloc)?;
         done.push(Step::Nft);
         ctx.host.nft_prepare()?;
+        let host = net::HostNet::of_host();
+        let egress = net::Egress {
+            allow: allow_out,
+            deny: deny_out,
+            host: &host,
+        };
         ctx.host
-            .nft_apply(&net::sandbox_rules_script(&alloc, allow_out, deny_out))?;
+            .nft_apply(&net::sandbox_rules_script(&alloc, &egress))?;
     }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "network ready");
     Ok(())

@@ -1,11 +1,15 @@
-//! Sandbox networking: address leases from a private pool, interface names, and the
-//! nftables rules that confine a sandbox's traffic.
+//! Sandbox networking: address leases from a pool in 198.18.0.0/15, interface names, and
+//! the nftables rules that confine a sandbox's traffic.
 //!
 //! All sandboxes share one nftables table, `inet sandfork`, that nothing else touches.
 //! Its base chains drop anything entering a sandbox interface that the sandbox did not
 //! start, anything from a sandbox to the host itself, and anything between sandboxes; each
-//! sandbox with `internet` gets its own egress chain (allow/deny lists), reached through a
-//! verdict map keyed by its host-side interface, and its address in the masquerade set.
+//! sandbox with `internet` gets its own egress chain, reached through a verdict map keyed
+//! by its host-side interface, and its address in the masquerade set. The egress chain
+//! lets DNS reach the sandbox's resolvers, applies the user's deny list, then the user's
+//! allow list, and then denies what no sandbox reaches unless a rule names it
+//! ([`GUARDED`]: private and link-local ranges — the cloud metadata address among them —
+//! loopback, multicast, and the host's own networks).
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -34,7 +38,7 @@ impl Default for NetConfig {
     fn default() -> Self {
         NetConfig {
             pool: Cidr {
-                addr: Ipv4Addr::new(10, 213, 0, 0),
+                addr: Ipv4Addr::new(198, 18, 0, 0),
                 prefix: 16,
             },
             lease_dir: PathBuf::from("/run/sandfork/leases"),
@@ -166,11 +170,85 @@ pub fn base_table_script() -> String {
     )
 }
 
+/// Destinations no sandbox reaches unless an allow rule names them (RFC 6890 special
+/// ranges a sandbox has no business with). The host's own networks are added at runtime.
+pub const GUARDED: [&str; 11] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+
+/// What a sandbox's egress chain needs to know of the host: its resolvers (DNS to them is
+/// allowed) and the networks it is attached to (denied like [`GUARDED`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostNet {
+    pub resolvers: Vec<Ipv4Addr>,
+    pub networks: Vec<Cidr>,
+}
+
+impl HostNet {
+    /// Read from `/etc/resolv.conf` (the resolvers sandboxes get, see [`resolv_conf`])
+    /// and `/proc/net/route` (directly connected IPv4 networks).
+    pub fn of_host() -> HostNet {
+        let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+        let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+        HostNet {
+            resolvers: resolvers(&resolv_conf(&resolv)),
+            networks: connected_networks(&routes),
+        }
+    }
+
+    /// Everything denied unless named: [`GUARDED`] and the host's networks.
+    fn guarded(&self) -> Vec<Cidr> {
+        let fixed = GUARDED.iter().filter_map(|c| c.parse().ok());
+        fixed.chain(self.networks.iter().copied()).collect()
+    }
+}
+
+fn resolvers(resolv: &str) -> Vec<Ipv4Addr> {
+    resolv
+        .lines()
+        .filter_map(|l| l.strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect()
+}
+
+/// Networks of the routes without a gateway, from `/proc/net/route` (hex, host order).
+fn connected_networks(routes: &str) -> Vec<Cidr> {
+    let hex = |s: &str| u32::from_str_radix(s, 16).ok().map(u32::from_be);
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (iface, dest, gateway, mask) = (
+                f.first()?,
+                hex(f.get(1)?)?,
+                hex(f.get(2)?)?,
+                hex(f.get(7)?)?,
+            );
+            let own = iface.starts_with("sfh") || gateway != 0 || mask == 0;
+            (!own).then(|| Cidr {
+                addr: Ipv4Addr::from(dest),
+                prefix: mask.count_ones() as u8,
+            })
+        })
+        .collect()
+}
+
 /// Adds one sandbox's egress chain, map entry and masquerade address (one transaction).
-pub fn sandbox_rules_script(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
+pub fn sandbox_rules_script(alloc: &NetAlloc, egress: &Egress<'_>) -> String {
     let t = format!("inet {NFT_TABLE}");
     let mut s = format!("add chain {t} {}\n", alloc.chain());
-    s += &egress_rules(alloc, allow, deny);
+    s += &egress_rules(alloc, egress);
     s += &format!(
         "add element {t} egress {{ \"{}\" : jump {} }}\n",
         alloc.host_if,
@@ -182,26 +260,52 @@ pub fn sandbox_rules_script(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> 
 
 /// Replaces a running sandbox's egress rules in one transaction: its chain is emptied and
 /// refilled, so no packet ever meets half a rule set.
-pub fn sandbox_rules_replace(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
-    format!("flush chain inet {NFT_TABLE} {}\n", alloc.chain()) + &egress_rules(alloc, allow, deny)
+pub fn sandbox_rules_replace(alloc: &NetAlloc, egress: &Egress<'_>) -> String {
+    format!("flush chain inet {NFT_TABLE} {}\n", alloc.chain()) + &egress_rules(alloc, egress)
 }
 
-/// The rules of one sandbox's egress chain.
-fn egress_rules(alloc: &NetAlloc, allow: &[Cidr], deny: &[Cidr]) -> String {
+/// One sandbox's egress policy: the user's lists and what the host adds.
+#[derive(Debug, Clone, Copy)]
+pub struct Egress<'a> {
+    pub allow: &'a [Cidr],
+    pub deny: &'a [Cidr],
+    pub host: &'a HostNet,
+}
+
+/// The rules of one sandbox's egress chain, in order: its own source address only, IPv4
+/// only, DNS to its resolvers, the deny list, the allow list, the guarded ranges, then
+/// everything else (or nothing else, with an allow list).
+fn egress_rules(alloc: &NetAlloc, e: &Egress<'_>) -> String {
     let t = format!("inet {NFT_TABLE}");
     let chain = alloc.chain();
     let rule = |body: String| format!("add rule {t} {chain} {body}\n");
     let mut s = rule(format!("ip saddr != {} drop", alloc.sandbox_addr));
     s += &rule("meta nfproto != ipv4 drop".into());
-    if !deny.is_empty() {
-        s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(deny)));
+    if !e.host.resolvers.is_empty() {
+        let dns = e
+            .host
+            .resolvers
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>();
+        for proto in ["udp", "tcp"] {
+            s += &rule(format!(
+                "ip daddr {{ {} }} {proto} dport 53 accept",
+                dns.join(", ")
+            ));
+        }
     }
-    if allow.is_empty() {
-        s += &rule("accept".into());
-    } else {
-        s += &rule(format!("ip daddr {{ {} }} accept", cidr_list(allow)));
-        s += &rule("drop".into());
+    if !e.deny.is_empty() {
+        s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(e.deny)));
     }
+    if !e.allow.is_empty() {
+        s += &rule(format!("ip daddr {{ {} }} accept", cidr_list(e.allow)));
+    }
+    s += &rule(format!(
+        "ip daddr {{ {} }} drop",
+        cidr_list(&e.host.guarded())
+    ));
+    s += &rule(if e.allow.is_empty() { "accept" } else { "drop" }.into());
     s
 }
 
@@ -241,8 +345,18 @@ pub fn resolv_conf(host: &str) -> String {
     out
 }
 
+/// An nftables set literal of `list`: networks inside another one of the list are left
+/// out (an anonymous set refuses overlapping intervals).
 fn cidr_list(list: &[Cidr]) -> String {
-    list.iter()
+    let mut out: Vec<Cidr> = Vec::new();
+    for c in list {
+        if out.iter().any(|o| o.contains(c)) {
+            continue;
+        }
+        out.retain(|o| !c.contains(o));
+        out.push(*c);
+    }
+    out.iter()
         .map(|c| c.to_string())
         .collect::<Vec<_>>()
         .join(", ")
@@ -295,19 +409,84 @@ mod tests {
         assert!(a.chain().len() < 32);
     }
 
+    fn host() -> HostNet {
+        HostNet {
+            resolvers: vec![Ipv4Addr::new(10, 255, 255, 53)],
+            networks: vec![
+                "192.0.2.0/24".parse().unwrap(),
+                "10.9.0.0/16".parse().unwrap(),
+            ],
+        }
+    }
+
     #[test]
-    fn deny_comes_before_allow() {
+    fn dns_then_deny_then_allow_then_the_guarded_ranges() {
         let dir = tempfile::tempdir().unwrap();
         let a = NetAlloc::new(&config(dir.path()), 0);
-        let allow = ["10.0.0.0/8".parse().unwrap()];
-        let deny = ["10.1.0.0/16".parse().unwrap()];
-        let s = sandbox_rules_script(&a, &allow, &deny);
-        let d = s.find("10.1.0.0/16 } drop").unwrap();
-        let al = s.find("10.0.0.0/8 } accept").unwrap();
-        assert!(d < al);
+        let (host, allow, deny) = (
+            host(),
+            ["10.0.0.0/8".parse().unwrap()],
+            ["10.1.0.0/16".parse().unwrap()],
+        );
+        let e = Egress {
+            allow: &allow,
+            deny: &deny,
+            host: &host,
+        };
+        let s = sandbox_rules_script(&a, &e);
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle} in {s}"));
+        let dns = at("ip daddr { 10.255.255.53 } udp dport 53 accept");
+        let d = at("10.1.0.0/16 } drop");
+        let al = at("10.0.0.0/8 } accept");
+        let guard = at("169.254.0.0/16");
+        assert!(dns < d && d < al && al < guard, "{s}");
         assert!(s.contains("ip saddr != 10.99.0.2 drop"));
         assert!(s.trim_end().ends_with("masq { 10.99.0.2 }"));
-        let open = sandbox_rules_script(&a, &[], &[]);
-        assert!(open.contains(" accept\n") && !open.contains(" drop\nadd element"));
+        assert!(
+            s.contains("192.0.2.0/24"),
+            "the host's network is guarded: {s}"
+        );
+        assert!(
+            !s.contains("10.9.0.0/16"),
+            "inside 10.0.0.0/8, left out of the set: {s}"
+        );
+        assert!(
+            s.contains(" drop\nadd element"),
+            "an allow list ends in drop"
+        );
+        let open = sandbox_rules_script(
+            &a,
+            &Egress {
+                allow: &[],
+                deny: &[],
+                host: &host,
+            },
+        );
+        assert!(
+            open.contains(" accept\nadd element"),
+            "otherwise in accept: {open}"
+        );
+        let replaced = sandbox_rules_replace(&a, &e);
+        assert!(
+            replaced.starts_with("flush chain inet sandfork sb_sfh0\n"),
+            "{replaced}"
+        );
+        assert!(!replaced.contains("add element"));
+    }
+
+    #[test]
+    fn host_networks_come_from_the_routes_without_gateway() {
+        let routes = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n\
+                      eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\n\
+                      eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\n\
+                      sfh1\t040012C6\t00000000\t0001\t0\t0\t0\tFCFFFFFF\n";
+        assert_eq!(
+            connected_networks(routes),
+            vec!["192.0.2.0/24".parse().unwrap()]
+        );
+        assert_eq!(
+            resolvers("nameserver 10.255.255.53\nsearch x\nnameserver ::1\n"),
+            vec![Ipv4Addr::new(10, 255, 255, 53)]
+        );
     }
 }

@@ -260,11 +260,20 @@ fn process(spec: &SandboxSpec, nofile: u64) -> Process {
             inheritable: Vec::new(),
             ambient: Vec::new(),
         },
-        rlimits: vec![Rlimit {
-            kind: "RLIMIT_NOFILE",
-            soft: nofile,
-            hard: nofile,
-        }],
+        rlimits: vec![
+            Rlimit {
+                kind: "RLIMIT_NOFILE",
+                soft: nofile,
+                hard: nofile,
+            },
+            // No core dumps: a crash in a sandbox never reaches the host's core_pattern
+            // (a file there, or a helper the kernel would run as host root).
+            Rlimit {
+                kind: "RLIMIT_CORE",
+                soft: 0,
+                hard: 0,
+            },
+        ],
         no_new_privileges: true,
         oom_score_adj: 0,
     }

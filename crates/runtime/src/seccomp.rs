@@ -247,6 +247,7 @@ const ALLOWED: &[&str] = &[
     "renameat",
     "renameat2",
     "restart_syscall",
+    "rmdir",
     "rseq",
     "rt_sigaction",
     "rt_sigpending",

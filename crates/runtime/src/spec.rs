@@ -57,6 +57,12 @@ impl Cidr {
     pub fn size(&self) -> u64 {
         1u64 << (32 - u32::from(self.prefix))
     }
+
+    /// Whether `other` lies wholly inside this network.
+    pub fn contains(&self, other: &Cidr) -> bool {
+        other.prefix >= self.prefix
+            && u32::from(other.addr) & self.mask() == u32::from(self.network())
+    }
 }
 
 impl std::str::FromStr for Cidr {

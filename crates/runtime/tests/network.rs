@@ -18,7 +18,7 @@ fn ip(args: &[&str]) {
     assert!(st.success(), "ip {args:?}");
 }
 
-/// A netns reachable from the host over a veth, serving "hello" on port 8080.
+/// A netns reachable from the host over a veth, serving "hello" on port 8080 of `addr`.
 struct FakeInternet {
     ns: String,
     host_if: String,
@@ -27,15 +27,23 @@ struct FakeInternet {
 }
 
 impl FakeInternet {
+    /// A host in 198.19.0.0/16 (half of the benchmarking range the sandbox pool is not in).
     fn start() -> FakeInternet {
-        let n = std::process::id()
-            ^ std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-        let slot = n % 16384;
-        let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + slot * 4;
-        let (host_addr, addr) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
+        let slot = unique() % 16384;
+        let base = u32::from(Ipv4Addr::new(198, 19, 0, 0)) + slot * 4;
+        Self::at(slot, Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2))
+    }
+
+    /// A fake cloud metadata server: 169.254.169.254, routed from the host.
+    fn metadata() -> FakeInternet {
+        let slot = unique() % 16384;
+        let host = Ipv4Addr::from(u32::from(Ipv4Addr::new(169, 254, 64, 0)) + slot);
+        Self::at(slot, host, Ipv4Addr::new(169, 254, 169, 254))
+    }
+
+    /// A netns holding `addr`, linked to the host (which holds `host_addr`) by a veth with
+    /// a host route each way.
+    fn at(slot: u32, host_addr: Ipv4Addr, addr: Ipv4Addr) -> FakeInternet {
         let me = FakeInternet {
             ns: format!("sft-net-{slot:x}"),
             host_if: format!("sfti{slot:x}"),
@@ -58,35 +66,34 @@ impl FakeInternet {
         ip(&[
             "addr",
             "add",
-            &format!("{host_addr}/30"),
+            &format!("{host_addr}/32"),
             "dev",
             &me.host_if,
         ]);
         ip(&["link", "set", &me.host_if, "up"]);
-        ip(&[
-            "-n",
-            &me.ns,
-            "addr",
-            "add",
-            &format!("{addr}/30"),
-            "dev",
-            "eth0",
-        ]);
-        ip(&["-n", &me.ns, "link", "set", "eth0", "up"]);
-        ip(&[
-            "-n",
-            &me.ns,
-            "route",
-            "add",
-            "default",
-            "via",
-            &host_addr.to_string(),
-        ]);
+        ip(&["route", "add", &format!("{addr}/32"), "dev", &me.host_if]);
+        let ns = |args: &[&str]| ip(&[&["-n", me.ns.as_str()], args].concat());
+        ns(&["addr", "add", &format!("{addr}/32"), "dev", "eth0"]);
+        ns(&["link", "set", "eth0", "up"]);
+        ns(&["route", "add", &format!("{host_addr}/32"), "dev", "eth0"]);
+        ns(&["route", "add", "default", "via", &host_addr.to_string()]);
         let listener = listen_in(&me.ns, addr, 8080);
         let stop = me.stop.clone();
         std::thread::spawn(move || serve(listener, stop));
         me
     }
+
+    fn cidr(&self) -> Cidr {
+        format!("{}/32", self.addr).parse().unwrap()
+    }
+}
+
+fn unique() -> u32 {
+    std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos()
 }
 
 /// Binds a listener inside netns `ns` (from a thread that joins it, so the test process
@@ -131,15 +138,19 @@ fn wget(addr: Ipv4Addr) -> String {
     format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {addr} 8080 | tail -n 1; echo rc=$?")
 }
 
+fn internet(allow_out: Vec<Cidr>, deny_out: Vec<Cidr>) -> NetworkMode {
+    NetworkMode::Internet {
+        allow_out,
+        deny_out,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn internet_reaches_outside_but_not_the_host() {
+async fn internet_reaches_what_it_names_but_not_the_host() {
     let env = TestEnv::new();
     let net = FakeInternet::start();
     let mut spec = env.spec("inet");
-    spec.network = NetworkMode::Internet {
-        allow_out: vec![],
-        deny_out: vec![],
-    };
+    spec.network = internet(vec![net.cidr()], vec![]);
     let sb = env.runtime.create(spec).await.unwrap();
     let agent = sb.agent();
     let (_, out, _) = sh(&agent, &wget(net.addr)).await;
@@ -161,10 +172,46 @@ async fn internet_reaches_outside_but_not_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn private_and_link_local_ranges_are_denied_unless_named() {
+    let env = TestEnv::new();
+    let metadata = FakeInternet::metadata();
+    let benchmark = FakeInternet::start();
+    // With no lists: the cloud metadata address and a guarded range are out of reach.
+    let mut spec = env.spec("guarded");
+    spec.network = internet(vec![], vec![]);
+    let open = env.runtime.create(spec).await.unwrap();
+    for addr in [metadata.addr, benchmark.addr] {
+        let (_, out, _) = sh(&open.agent(), &wget(addr)).await;
+        assert!(!out.contains("hello"), "{addr} reached: {out}");
+    }
+    // Named in the allow list, the metadata server answers (so the block above was the
+    // rule, not a broken route).
+    let mut spec = env.spec("named");
+    spec.network = internet(vec![metadata.cidr()], vec![]);
+    let named = env.runtime.create(spec).await.unwrap();
+    let (_, out, _) = sh(&named.agent(), &wget(metadata.addr)).await;
+    assert_eq!(out, "hello\nrc=0\n");
+    // And the ruleset says so: the guarded ranges are dropped after the user's lists.
+    let rules = Command::new("nft")
+        .args(["list", "table", "inet", "sandfork"])
+        .output()
+        .unwrap();
+    let rules = String::from_utf8_lossy(&rules.stdout);
+    for range in [
+        "10.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+    ] {
+        assert!(rules.contains(range), "{range} not guarded:\n{rules}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deny_out_wins_and_allow_out_restricts() {
     let env = TestEnv::new();
     let net = FakeInternet::start();
-    let me: Cidr = format!("{}/32", net.addr).parse().unwrap();
+    let me = net.cidr();
     let mut spec = env.spec("deny");
     spec.network = NetworkMode::Internet {
         allow_out: vec![me],
@@ -243,7 +290,7 @@ async fn destroy_leaves_nothing_behind() {
     let pid = info.pid.unwrap();
     let host_if = format!(
         "sfh{:x}",
-        (u32::from(sb.address.unwrap()) - u32::from(Ipv4Addr::new(10, 213, 0, 0))) / 4
+        (u32::from(sb.address.unwrap()) - u32::from(Ipv4Addr::new(198, 18, 0, 0))) / 4
     );
     assert!(std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists());
     // What must go is there before: the disk server and the loop device.

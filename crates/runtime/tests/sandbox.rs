@@ -94,6 +94,14 @@ async fn sandbox_sees_only_itself() {
         ["00000000200405fb", "00000000200405fb", "1", "2"],
         "{status}"
     );
+    // The everyday file syscalls stay allowed, the legacy ones included (rmdir(2), which
+    // Python's os.rmdir uses, was once missing from the profile).
+    let (code, _, err) = sh(
+        &agent,
+        "mkdir /tmp/d && ln -s d /tmp/l && mv /tmp/l /tmp/m && rm /tmp/m && rmdir /tmp/d",
+    )
+    .await;
+    assert_eq!(code, Some(0), "{err}");
     // The init's stdio are pipes, never host files (memory checkpoints need that).
     let pid = env.runtime.inspect(&id).await.unwrap().pid.unwrap();
     for fd in 0..3 {

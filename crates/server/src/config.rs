@@ -68,6 +68,8 @@ pub struct Config {
     pub max_json_bytes: usize,
     /// Largest file upload, in bytes.
     pub max_upload_bytes: u64,
+    /// Largest snapshot file an import takes, in bytes.
+    pub max_import_bytes: u64,
     /// Cap on each of stdout and stderr collected by a non-streaming exec, in bytes of the
     /// JSON answer (escapes and base64 included).
     pub max_exec_output_bytes: usize,
@@ -95,6 +97,7 @@ impl Default for Config {
             shutdown_grace_secs: 10,
             max_json_bytes: 1 << 20,
             max_upload_bytes: 4 << 30,
+            max_import_bytes: 64 << 30,
             max_exec_output_bytes: 64 << 20,
             disk_flush: runtime::FlushMode::default(),
         }

@@ -60,9 +60,11 @@ impl Daemon {
     pub async fn start(config: Config, backend: Arc<dyn Backend>) -> Result<Daemon, DaemonError> {
         config.validate()?;
         let token = config.read_token()?.map(Token::new);
-        std::fs::create_dir_all(&config.data_dir).map_err(io_at(&config.data_dir))?;
+        private_dir(&config.data_dir)?;
         let db = config.data_dir.join("state.db");
         let store = Store::open(&db)?;
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_at(&db))?;
         let socket = config.socket_path();
         let unix = bind_unix(&socket).await?;
         let tcp = match (config.listen, token) {
@@ -136,9 +138,28 @@ async fn bind_unix(path: &Path) -> Result<UnixListener, DaemonError> {
         }
         std::fs::remove_file(path).map_err(io_at(path))?;
     }
-    let listener = UnixListener::bind(path).map_err(io_at(path))?;
+    // Created with its final permissions: no instant where another user could connect.
+    let listener = with_umask(0o117, || UnixListener::bind(path)).map_err(io_at(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(io_at(path))?;
     Ok(listener)
+}
+
+/// Makes `dir` (the data directory) and keeps it private to root: sandbox disks are
+/// mounted below it, and nothing there is any other host user's business.
+fn private_dir(dir: &Path) -> Result<(), DaemonError> {
+    std::fs::create_dir_all(dir).map_err(io_at(dir))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io_at(dir))
+}
+
+/// Runs `f` with the process umask set to `mask`, then restores it.
+fn with_umask<T>(mask: libc::mode_t, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask only swaps the process's file-creation mask; it cannot fail. The daemon
+    // creates no other files while binding, at start, before it serves.
+    let old = unsafe { libc::umask(mask) };
+    let out = f();
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    out
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -445,6 +445,45 @@ fn import(d: &TestDaemon, file: &[u8]) -> (StatusCode, Value) {
     (r.status, r.json())
 }
 
+fn import_trusted(d: &TestDaemon, file: &[u8]) -> (StatusCode, Value) {
+    let r = d.client().raw(
+        Method::POST,
+        "/v1/snapshots/import?trust_unsigned=true",
+        "application/octet-stream",
+        file.to_vec(),
+    );
+    (r.status, r.json())
+}
+
+/// The entries of a version-2 snapshot file, changed by `change`, written back as an
+/// unsigned version-1 file (what a forger can make without the key).
+fn forge_v1(file: &[u8], change: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    assert_eq!(&file[..8], b"SFSNAP2\n");
+    let body = &file[8..file.len() - 80];
+    let (mut entries, mut at) = (Vec::new(), 0);
+    while at < body.len() {
+        let n = u16::from_le_bytes([body[at], body[at + 1]]) as usize;
+        let name = String::from_utf8(body[at + 2..at + 2 + n].to_vec()).unwrap();
+        at += 2 + n;
+        let len = u64::from_le_bytes(body[at..at + 8].try_into().unwrap()) as usize;
+        entries.push((name, body[at + 8..at + 8 + len].to_vec()));
+        at += 8 + len;
+    }
+    change(&mut entries);
+    let mut out = b"SFSNAP1\n".to_vec();
+    for (name, data) in entries {
+        out.extend((name.len() as u16).to_le_bytes());
+        out.extend(name.as_bytes());
+        out.extend((data.len() as u64).to_le_bytes());
+        out.extend(data);
+    }
+    let digest = Sha256::digest(&out);
+    out.extend(b"SFSNAPZ\n");
+    out.extend(digest);
+    out
+}
+
 fn export(d: &TestDaemon, sid: &str) -> Vec<u8> {
     let reply = d
         .client()
@@ -471,11 +510,38 @@ fn memory_snapshots_import_only_with_the_exporters_key() {
     // Without its signature (as a forger would have to send it) it is refused too.
     let (s, _) = import(&b, &mem[..mem.len() - 40]);
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    // A filesystem snapshot carries no memory images and needs no signature.
+    // A filesystem snapshot from another host is refused unless trusted explicitly...
     let (s, v) = import(&b, &fs);
+    assert_error(s, &v, 400, "invalid_argument");
+    assert!(
+        v["message"].as_str().unwrap().contains("trust_unsigned"),
+        "{v}"
+    );
+    let (s, v) = import_trusted(&b, &fs);
     assert_eq!(s, StatusCode::CREATED, "{v}");
+    // ...which never covers memory images.
+    let (s, v) = import_trusted(&b, &mem);
+    assert_error(s, &v, 400, "invalid_argument");
     let (_, list) = b.client().get("/v1/snapshots?type=memory");
     assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
+    // Nor a file that declares a memory snapshot under another entry name (kind confusion),
+    // in the unsigned version-1 format.
+    let forged = forge_v1(&fs, |entries| {
+        let manifest = entries
+            .iter_mut()
+            .find(|(n, _)| n == "manifest.json")
+            .unwrap();
+        let mut m: Value = serde_json::from_slice(&manifest.1).unwrap();
+        m["view"]["type"] = "memory".into();
+        manifest.1 = serde_json::to_vec(&m).unwrap();
+        entries.push(("memory".into(), b"not a CRIU image".to_vec()));
+    });
+    let (s, v) = import_trusted(&b, &forged);
+    assert_error(s, &v, 400, "invalid_argument");
+    assert!(
+        v["message"].as_str().unwrap().contains("memory images"),
+        "{v}"
+    );
 
     // Given A's key, B trusts A's exports.
     std::fs::copy(a.data.join("snapshot.key"), b.data.join("snapshot.key")).unwrap();
@@ -483,4 +549,55 @@ fn memory_snapshots_import_only_with_the_exporters_key() {
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let child = b.create(json!({"snapshot_id": v["id"]}));
     assert_eq!(out(&b.sh(&child, "cat /a.txt")), "from-a");
+}
+
+#[test]
+fn an_imported_disk_that_is_not_a_clean_filesystem_is_refused_before_any_mount() {
+    // A hostile exporting host (one that holds the key) damages the ext4 superblock under
+    // a sandbox, then exports its filesystem snapshot: the blocks are all checksummed, so
+    // only the filesystem check can tell.
+    let a = TestDaemon::start();
+    let b = TestDaemon::start();
+    let src = a.create(json!({"memory_mb": 64}));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let fuse = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .find(|m| m.contains(&src) && m.ends_with("/fuse"))
+        .expect("the sandbox's FUSE mount")
+        .to_string();
+    // The first block of /bin (a directory nothing changes, so the kernel never writes
+    // it back over the damage) is overwritten under the mounted filesystem.
+    let file = format!("{fuse}/disk");
+    let bmap = std::process::Command::new("debugfs")
+        .args(["-R", "bmap /bin 0", &file])
+        .output()
+        .unwrap();
+    let block: u64 = String::from_utf8_lossy(&bmap.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let stats = std::process::Command::new("dumpe2fs")
+        .args(["-h", &file])
+        .output()
+        .unwrap();
+    let block_size: u64 = String::from_utf8_lossy(&stats.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Block size:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap();
+    let disk = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    let junk = vec![0xA5; block_size as usize];
+    std::os::unix::fs::FileExt::write_all_at(&disk, &junk, block * block_size).unwrap();
+    disk.sync_all().unwrap();
+    let fs = export(
+        &a,
+        checkpoint(&a, &src, "filesystem")["id"].as_str().unwrap(),
+    );
+    std::fs::copy(a.data.join("snapshot.key"), b.data.join("snapshot.key")).unwrap();
+    let (s, v) = import(&b, &fs);
+    assert_error(s, &v, 400, "invalid_argument");
+    assert!(v["message"].as_str().unwrap().contains("e2fsck"), "{v}");
+    let (_, list) = b.client().get("/v1/snapshots");
+    assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
 }

@@ -9,7 +9,8 @@ pub fn kind_of(e: &io::Error) -> ErrorKind {
     match e.raw_os_error().map(Errno::from_raw) {
         Some(Errno::ENOENT) => ErrorKind::NotFound,
         Some(Errno::EACCES | Errno::EPERM | Errno::EROFS) => ErrorKind::PermissionDenied,
-        Some(Errno::EISDIR) => ErrorKind::IsADirectory,
+        // A directory in the way (or not empty): the host answers both as a conflict.
+        Some(Errno::EISDIR | Errno::ENOTEMPTY) => ErrorKind::IsADirectory,
         Some(Errno::ENOTDIR) => ErrorKind::NotADirectory,
         Some(Errno::EEXIST) => ErrorKind::AlreadyExists,
         Some(Errno::EINVAL | Errno::ENAMETOOLONG | Errno::ELOOP) => ErrorKind::InvalidInput,

@@ -49,20 +49,50 @@ async fn build(client: &Client, body: &Value, json: bool) -> Result<i32> {
             full(serde_json::to_vec(body)?),
         )
         .await?;
-    let bar = spinner(json);
+    let image = follow_build(resp, spinner(json)).await?;
+    if json {
+        output::json(&image);
+    } else {
+        println!("{} ({})", output::field(&image, "name"), size_of(&image));
+    }
+    Ok(0)
+}
+
+/// Makes sure the image a new sandbox will boot from exists: a built-in image not built
+/// yet is built now (or the build in flight joined), with its progress on a spinner.
+/// `None` is the daemon's default image.
+pub async fn ensure(client: &Client, name: Option<&str>, json: bool) -> Result<()> {
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => {
+            let health: Value = client.json(Method::GET, "/v1/health", None::<&()>).await?;
+            output::field(&health, "default_image")
+        }
+    };
+    let images: Value = client.json(Method::GET, "/v1/images", None::<&()>).await?;
+    let present = images["images"]
+        .as_array()
+        .is_some_and(|all| all.iter().any(|i| i["name"] == name.as_str()));
+    if present || name.is_empty() {
+        return Ok(());
+    }
+    let path = format!("/v1/images/{}/ensure", encode(&name));
+    let resp = client.call(Method::POST, &path, "", full("")).await?;
+    follow_build(resp, spinner(json)).await.map(drop)
+}
+
+/// Shows a build's progress on `bar` and returns its image.
+async fn follow_build(
+    resp: hyper::Response<hyper::body::Incoming>,
+    bar: ProgressBar,
+) -> Result<Value> {
     let mut lines = Lines::new(resp);
     while let Some(ev) = lines.next().await? {
         match ev["type"].as_str() {
             Some("progress") => bar.set_message(output::field(&ev, "message")),
             Some("done") => {
                 bar.finish_and_clear();
-                let image = &ev["image"];
-                if json {
-                    output::json(image);
-                } else {
-                    println!("{} ({})", output::field(image, "name"), size_of(image));
-                }
-                return Ok(0);
+                return Ok(ev["image"].clone());
             }
             Some("error") => {
                 bar.finish_and_clear();

@@ -105,6 +105,7 @@ pub async fn exec(client: &Client, e: ExecArgs, json: bool) -> Result<i32> {
 pub async fn run(client: &Client, r: RunArgs, json: bool) -> Result<i32> {
     let create = create_body(&r.opts)?;
     let body = exec_body(&r.command, &[], None, None)?;
+    super::image::ensure(client, r.opts.image.as_deref(), json).await?;
     let sb: Value = client
         .json(Method::POST, "/v1/sandboxes", Some(&create))
         .await?;

@@ -38,6 +38,7 @@ pub async fn create(client: &Client, c: CreateArgs, json: bool) -> Result<i32> {
     if let Some(t) = c.timeout {
         body["timeout_secs"] = t.into();
     }
+    super::image::ensure(client, c.opts.image.as_deref(), json).await?;
     let sb: Value = client
         .json(Method::POST, "/v1/sandboxes", Some(&body))
         .await?;

@@ -9,6 +9,8 @@ use axum::{Json, Router};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 
+use serde::Deserialize;
+
 use super::extract::{ApiJson, ApiQuery};
 use super::types::{ErrorBody, Sandbox};
 use super::{ApiResult, AppState};
@@ -149,13 +151,27 @@ pub async fn export(State(m): State<AppState>, Path(id): Path<String>) -> ApiRes
         .into_response())
 }
 
+/// Query of `POST /v1/snapshots/import`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ImportQuery {
+    /// Accept a filesystem snapshot that is unsigned or signed with another host's key
+    /// (its disk is still checked block by block and by e2fsck). Memory snapshots always
+    /// need this daemon's key.
+    #[serde(default)]
+    pub trust_unsigned: bool,
+}
+
 /// Import a snapshot file made by export; every checksum is verified first.
-#[utoipa::path(post, path = "/v1/snapshots/import", tag = "snapshots",
+#[utoipa::path(post, path = "/v1/snapshots/import", tag = "snapshots", params(ImportQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 201, body = Snapshot),
-        (status = 400, description = "Corrupt or not a snapshot file", body = ErrorBody)))]
+        (status = 400, description = "Corrupt, unsigned or not a snapshot file", body = ErrorBody),
+        (status = 413, description = "Over max_import_bytes", body = ErrorBody),
+        (status = 507, description = "The host disk is too full", body = ErrorBody)))]
 pub async fn import(
     State(m): State<AppState>,
+    ApiQuery(q): ApiQuery<ImportQuery>,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<Snapshot>)> {
     let dir = m.config().data_dir.join("tmp");
@@ -163,28 +179,59 @@ pub async fn import(
         .await
         .map_err(|e| Error::InvalidArgument(format!("Import failed: {e}")))?;
     let path = dir.join(format!("upload-{}", crate::snapshots::new_snapshot_id()));
-    let received = receive(req.into_body(), &path).await;
+    let received = receive(req.into_body(), &path, m.config()).await;
     let imported = match received {
-        Ok(()) => m.import_snapshot(&path).await,
+        Ok(()) => m.import_snapshot(&path, q.trust_unsigned).await,
         Err(e) => Err(e),
     };
     let _ = tokio::fs::remove_file(&path).await;
     Ok((StatusCode::CREATED, Json(imported?)))
 }
 
-async fn receive(body: Body, path: &std::path::Path) -> Result<(), Error> {
+/// Free space an import leaves on the host disk at least: the file is unpacked next to
+/// itself, and sandboxes' disks grow into the same filesystem.
+pub const IMPORT_SPACE_FLOOR: u64 = 512 << 20;
+
+/// Writes the upload to `path`, refusing it past `max_import_bytes` (413) or once the host
+/// disk would keep less than [`IMPORT_SPACE_FLOOR`] (507).
+async fn receive(body: Body, path: &std::path::Path, config: &crate::Config) -> Result<(), Error> {
     let fail = |e: String| Error::InvalidArgument(format!("Cannot read the upload: {e}"));
     let mut file = tokio::fs::File::create(path)
         .await
         .map_err(|e| fail(e.to_string()))?;
     let mut stream = body.into_data_stream();
+    let (mut seen, mut next_check) = (0u64, 0u64);
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| fail(e.to_string()))?;
+        seen += chunk.len() as u64;
+        if seen > config.max_import_bytes {
+            return Err(Error::TooLarge(format!(
+                "The snapshot file exceeds max_import_bytes ({} MiB)",
+                config.max_import_bytes >> 20
+            )));
+        }
+        if seen >= next_check {
+            check_import_room(&config.data_dir)?;
+            next_check = seen + (8 << 20);
+        }
         file.write_all(&chunk)
             .await
             .map_err(|e| fail(e.to_string()))?;
     }
     file.flush().await.map_err(|e| fail(e.to_string()))
+}
+
+fn check_import_room(data_dir: &std::path::Path) -> Result<(), Error> {
+    let free = runtime::space::free_bytes(data_dir).unwrap_or(u64::MAX);
+    if free < IMPORT_SPACE_FLOOR {
+        return Err(Error::InsufficientStorage(format!(
+            "Out of disk space: the host disk of {} has {} MiB free; an import keeps {} MiB",
+            data_dir.display(),
+            free >> 20,
+            IMPORT_SPACE_FLOOR >> 20
+        )));
+    }
+    Ok(())
 }
 
 pub(super) fn routes() -> Router<AppState> {

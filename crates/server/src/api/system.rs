@@ -10,11 +10,12 @@ use super::AppState;
 
 /// Liveness and versions.
 #[utoipa::path(get, path = "/v1/health", tag = "system", responses((status = 200, body = Health)))]
-pub async fn health() -> Json<Health> {
+pub async fn health(State(m): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok".into(),
         version: crate::VERSION.into(),
         api_version: crate::API_VERSION,
+        default_image: m.config().default_image.clone(),
     })
 }
 

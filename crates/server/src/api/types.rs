@@ -555,4 +555,6 @@ pub struct Health {
     pub status: String,
     pub version: String,
     pub api_version: u32,
+    /// The image of sandboxes created without one.
+    pub default_image: String,
 }

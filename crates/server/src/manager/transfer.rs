@@ -84,7 +84,8 @@ impl Manager {
     }
 
     /// Verifies and imports a snapshot file. Keeps the file's snapshot id unless taken.
-    pub async fn import_snapshot(&self, file: &Path) -> Result<Snapshot> {
+    /// `trust_unsigned` accepts a filesystem snapshot not signed with this daemon's key.
+    pub async fn import_snapshot(&self, file: &Path, trust_unsigned: bool) -> Result<Snapshot> {
         self.check_open()?;
         let work = self.scratch("import")?;
         let (file, dir) = (file.to_path_buf(), work.0.clone());
@@ -92,11 +93,11 @@ impl Manager {
             .await
             .map_err(host)?
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        self.check_signed(&got)?;
         let bad = |m: String| Error::InvalidArgument(format!("Not a valid snapshot file: {m}"));
         let manifest = std::fs::read(work.0.join(MANIFEST)).map_err(|e| bad(e.to_string()))?;
         let mut rec: SnapshotRecord =
             serde_json::from_slice(&manifest).map_err(|e| bad(e.to_string()))?;
+        self.check_signed(&got, rec.view.kind, trust_unsigned)?;
         check_boot(&rec.boot).map_err(|e| bad(e.message()))?;
         let layer = self.backend.import_layer(work.0.join(ARTIFACT)).await?;
         if layer != rec.layer_id {
@@ -124,22 +125,41 @@ impl Manager {
         Ok(rec.view)
     }
 
-    /// Memory images are restored by CRIU as root: only a file signed with this daemon's
-    /// key may carry them. A filesystem snapshot needs no signature (its blocks are
-    /// checked, and only its own sandbox sees them).
-    fn check_signed(&self, got: &snapfile::Extracted) -> Result<()> {
-        if !got.names.iter().any(|n| n.starts_with("memory/")) {
-            return Ok(());
-        }
+    /// Every file must be signed with this daemon's key, except a filesystem snapshot the
+    /// caller chose to trust. Memory images are restored by CRIU as root: a file that
+    /// declares a memory snapshot, or carries anything named like memory images, needs
+    /// the key whatever the caller says.
+    fn check_signed(
+        &self,
+        got: &snapfile::Extracted,
+        kind: SnapshotType,
+        trust: bool,
+    ) -> Result<()> {
         let key = self.snapshot_key()?;
         if got.signature.is_some_and(|s| key.signed(&got.digest, &s)) {
             return Ok(());
         }
+        let memory = kind == SnapshotType::Memory
+            || got
+                .names
+                .iter()
+                .any(|n| n == "memory" || n.starts_with("memory/"));
+        let key_file = self.config.data_dir.join(snapkey::FILE);
+        if memory {
+            return Err(Error::InvalidArgument(format!(
+                "Snapshot file refused: it holds memory images and is not signed with this \
+                 daemon's snapshot key ({}); memory snapshots are accepted only from hosts \
+                 that share that key file",
+                key_file.display()
+            )));
+        }
+        if trust {
+            return Ok(());
+        }
         Err(Error::InvalidArgument(format!(
-            "Snapshot file refused: its memory images are not signed with this daemon's \
-             snapshot key ({}); memory snapshots are accepted only from hosts that share \
-             that key file",
-            self.config.data_dir.join(snapkey::FILE).display()
+            "Snapshot file refused: it is unsigned or signed with another host's key (not {}); \
+             import it with trust_unsigned=true to accept its filesystem anyway",
+            key_file.display()
         )))
     }
 

@@ -135,6 +135,16 @@ impl RuncBackend {
             let mut file = std::fs::File::open(&input)
                 .map_err(|e| BackendError::Host(format!("{}: {e}", input.display())))?;
             let top = store.import(&mut file).map_err(store_err)?;
+            // The layers came from elsewhere: their filesystem is checked in user space
+            // before the kernel mounts it (and then dropped again if it is not clean).
+            let scratch = input.parent().unwrap_or(std::path::Path::new("/tmp"));
+            if let Err(e) = runtime::image::check_layer(&store, &top, scratch) {
+                let _ = store.gc();
+                return Err(BackendError::InvalidInput(format!(
+                    "Snapshot file refused: {}",
+                    super::error_chain(&e)
+                )));
+            }
             Ok(top.to_string())
         })
         .await
