@@ -63,6 +63,7 @@ impl Inner {
             dir: paths.dir.clone(),
             socket_dir: paths.run(),
             address: record.net.as_ref().map(|n| n.sandbox_addr),
+            init_pid: crate::liveness::init_pid(&self.layout, &record.names.container),
         }
     }
 
@@ -225,11 +226,11 @@ impl Runtime for ContainerRuntime {
 
     async fn agent(&self, id: &str) -> Result<agent::AgentClient> {
         let id = id.to_string();
-        let socket_dir = self.blocking(move |i| {
+        let handle = self.blocking(move |i| {
             let record = lifecycle::load(&i.ctx(), &id)?;
-            Ok(i.handle(&record).socket_dir)
+            Ok(i.handle(&record))
         });
-        Ok(agent::AgentClient::new(&socket_dir.await?))
+        Ok(handle.await?.agent())
     }
 
     async fn stop(&self, id: &str) -> Result<()> {

@@ -43,12 +43,20 @@ pub struct SandboxHandle {
     pub socket_dir: PathBuf,
     /// The sandbox's address, with `internet`.
     pub address: Option<std::net::Ipv4Addr>,
+    /// Host pid of the container's init, the agent: only a socket it listens on is
+    /// talked to (a sandbox can replace `agent.sock` in its writable socket directory).
+    pub init_pid: Option<u32>,
 }
 
 impl SandboxHandle {
-    /// A client for the sandbox's agent (exec, files, processes).
+    /// A client for the sandbox's agent (exec, files, processes), pinned to the agent's
+    /// process when it is known.
     pub fn agent(&self) -> agent::AgentClient {
-        agent::AgentClient::new(&self.socket_dir)
+        let client = agent::AgentClient::new(&self.socket_dir);
+        match self.init_pid {
+            Some(pid) => client.pinned_to(pid),
+            None => client,
+        }
     }
 }
 

@@ -81,6 +81,16 @@ fn proc_stat(pid: u32) -> Option<ProcStat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The host pid of a container's init (the agent), from runc's state file; `None` when
+/// the container is not there.
+pub fn init_pid(layout: &Layout, container: &str) -> Option<u32> {
+    let state_file = layout.runc_root().join(container).join("state.json");
+    let bytes = std::fs::read(state_file).ok()?;
+    serde_json::from_slice::<RuncState>(&bytes)
+        .ok()
+        .map(|s| s.init_process_pid)
+}
+
 /// Probes sandbox `id` of `layout`, whose container should be running.
 pub fn probe(layout: &Layout, id: &str) -> Result<Liveness> {
     let paths = layout.sandbox(id);

@@ -5,8 +5,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{unexpected, AgentClient, ClientError, Conn, Result};
 
-/// A listing larger than this is refused (the agent is not trusted to bound it).
+/// A listing larger than this is refused (the agent is not trusted to bound it): in
+/// entries, and in bytes held for them.
 const MAX_DIR_ENTRIES: usize = 1 << 20;
+const MAX_DIR_BYTES: usize = 64 << 20;
+/// What an entry costs besides its name (its `FileStat` and the vector slot).
+const DIR_ENTRY_OVERHEAD: usize = 64;
 
 /// Options of [`AgentClient::write_file`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -137,15 +141,24 @@ impl AgentClient {
 
     pub async fn list_dir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let mut conn = self.request(Request::ListDir { path: path.into() }).await?;
-        let mut entries = Vec::new();
+        let (mut entries, mut bytes) = (Vec::new(), 0usize);
         loop {
-            match conn.recv().await? {
-                Message::DirEntries(batch) => entries.extend(batch),
+            let frame = tokio::time::timeout(super::REPLY_TIMEOUT, conn.recv())
+                .await
+                .map_err(|_| ClientError::Timeout(super::REPLY_TIMEOUT))??;
+            match frame {
+                Message::DirEntries(batch) => {
+                    bytes += batch
+                        .iter()
+                        .map(|e| e.name.len() + DIR_ENTRY_OVERHEAD)
+                        .sum::<usize>();
+                    entries.extend(batch);
+                }
                 Message::Eof => return Ok(entries),
                 m => return Err(unexpected(&m)),
             }
-            if entries.len() > MAX_DIR_ENTRIES {
-                return Err(ClientError::TooLarge(MAX_DIR_ENTRIES as u64));
+            if entries.len() > MAX_DIR_ENTRIES || bytes > MAX_DIR_BYTES {
+                return Err(ClientError::TooLarge(MAX_DIR_BYTES as u64));
             }
         }
     }

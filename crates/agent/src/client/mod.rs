@@ -47,6 +47,12 @@ pub enum ClientError {
     TooLarge(u64),
     #[error("agent did not answer within {0:?}")]
     Timeout(Duration),
+    #[error("the socket at {path} is not the agent's (it belongs to host pid {found}, the agent is {expected}); refusing to use it")]
+    Impostor {
+        path: PathBuf,
+        found: i32,
+        expected: u32,
+    },
     #[error("agent not ready after {waited:?}")]
     NotReady {
         waited: Duration,
@@ -77,6 +83,10 @@ impl From<CodecError> for ClientError {
 /// How long the agent may take to answer a connection with its preamble (it does so at
 /// once; more means it is stuck or not an agent).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request answered by one frame may take (stopping a process takes up to its
+/// 2 s grace; everything else is immediate).
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
@@ -110,6 +120,9 @@ pub(crate) fn unexpected(m: &Message) -> ClientError {
 #[derive(Debug, Clone)]
 pub struct AgentClient {
     dir: Arc<PathBuf>,
+    /// The agent's host pid, when known: the socket connected to must be one that process
+    /// listens on (a sandbox can put a socket of its own at `agent.sock`).
+    pinned: Option<u32>,
 }
 
 impl AgentClient {
@@ -117,7 +130,16 @@ impl AgentClient {
     pub fn new(socket_dir: &Path) -> Self {
         Self {
             dir: Arc::new(socket_dir.to_path_buf()),
+            pinned: None,
         }
+    }
+
+    /// The same client, talking only to a socket that host process `pid` (the agent, the
+    /// sandbox's init) listens on: anything else at `agent.sock` is an impostor planted by
+    /// the sandbox, refused with [`ClientError::Impostor`].
+    pub fn pinned_to(mut self, pid: u32) -> Self {
+        self.pinned = Some(pid);
+        self
     }
 
     pub fn socket_path(&self) -> PathBuf {
@@ -127,6 +149,17 @@ impl AgentClient {
     /// Connects and sends `req`; the rest of the exchange is the caller's.
     pub(crate) async fn request(&self, req: Request) -> Result<Conn> {
         let stream = connect::connect(&self.dir).await?;
+        if let Some(expected) = self.pinned {
+            // For a listening socket, the peer is the process that called listen().
+            let found = stream.peer_cred()?.pid().unwrap_or(0);
+            if u32::try_from(found).ok() != Some(expected) {
+                return Err(ClientError::Impostor {
+                    path: self.socket_path(),
+                    found,
+                    expected,
+                });
+            }
+        }
         let (r, w) = stream.into_split();
         let mut conn = Conn {
             reader: FrameReader::new(r),
@@ -140,8 +173,18 @@ impl AgentClient {
         Ok(conn)
     }
 
-    /// Sends `req` and returns the single reply frame.
+    /// Sends `req` and returns the single reply frame, which must come within
+    /// [`REPLY_TIMEOUT`] (a stuck or hostile agent cannot hold the caller).
     pub(crate) async fn call(&self, req: Request) -> Result<Message> {
+        let reply = async { self.request(req).await?.recv().await };
+        tokio::time::timeout(REPLY_TIMEOUT, reply)
+            .await
+            .map_err(|_| ClientError::Timeout(REPLY_TIMEOUT))?
+    }
+
+    /// As [`Self::call`], for requests whose answer legitimately takes as long as the
+    /// caller asked (a wait for a process).
+    pub(crate) async fn call_unbounded(&self, req: Request) -> Result<Message> {
         self.request(req).await?.recv().await
     }
 

@@ -129,7 +129,10 @@ impl AgentClient {
     /// passes first.
     pub async fn wait(&self, id: u64, timeout: Option<Duration>) -> Result<ExitInfo> {
         let timeout_ms = timeout.map(|t| t.as_millis().min(u64::MAX as u128) as u64);
-        match self.call(Request::Wait { id, timeout_ms }).await? {
+        match self
+            .call_unbounded(Request::Wait { id, timeout_ms })
+            .await?
+        {
             Message::Exit(e) => Ok(e),
             m => Err(unexpected(&m)),
         }

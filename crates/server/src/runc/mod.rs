@@ -62,7 +62,7 @@ impl RuncBackend {
     }
 
     fn remember(&self, handle: &runtime::SandboxHandle) {
-        let client = AgentClient::new(&handle.socket_dir);
+        let client = handle.agent();
         self.agents
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -166,8 +166,7 @@ impl Backend for RuncBackend {
 
     async fn adopt(&self, spec: &BootSpec) -> BackendResult<Booted> {
         let h = self.runtime.adopt(&spec.id).await.map_err(host_err)?;
-        let client = AgentClient::new(&h.socket_dir);
-        client
+        h.agent()
             .wait_ready(Duration::from_secs(5))
             .await
             .map_err(agent_err)?;
