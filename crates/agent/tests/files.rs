@@ -124,7 +124,11 @@ async fn list_stat_mkdir_remove() {
     a.client.mkdir(&format!("{r}/a"), true, None).await.unwrap();
 
     let e = a.client.remove(&format!("{r}/a"), false).await.unwrap_err();
-    assert_eq!(kind(e), ErrorKind::IsADirectory, "non-empty directory: a conflict");
+    assert_eq!(
+        kind(e),
+        ErrorKind::IsADirectory,
+        "non-empty directory: a conflict"
+    );
     a.client.remove(&format!("{r}/a"), true).await.unwrap();
     a.client.remove(&format!("{r}/f.txt"), false).await.unwrap();
     assert!(!root.join("a").exists() && !root.join("f.txt").exists());

@@ -42,6 +42,12 @@ impl Target {
         if url.starts_with('/') {
             return Ok(Target::Unix(PathBuf::from(url)));
         }
+        if url.starts_with("https://") {
+            bail!(
+                "the sandfork CLI does not speak HTTPS yet ({url:?}); run it on the daemon's host \
+                 against its Unix socket, or use the Python SDK, which does"
+            );
+        }
         bail!("invalid daemon URL {url:?} (use unix:///path or http://host:port)")
     }
 }

@@ -39,8 +39,20 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// File holding the bearer token for the TCP listener.
     pub token_file: Option<PathBuf>,
-    /// Allow `listen` on a non-loopback address.
+    /// Allow `listen` on a non-loopback address (with TLS, unless `allow_insecure_remote`).
     pub allow_remote: bool,
+    /// PEM certificate chain for the TCP listener: with it (and `tls_key`) the listener
+    /// speaks HTTPS. Required for a non-loopback listener.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Serve a non-loopback listener over plain HTTP anyway (the bearer token then
+    /// crosses the network in clear text).
+    pub allow_insecure_remote: bool,
+    /// Most connections each listener serves at once; more wait.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers (or a TLS handshake).
+    pub header_timeout_secs: u64,
     /// The image of sandboxes created without one (built on first use when built-in).
     pub default_image: String,
     /// Most sandboxes alive at once (not terminated or failed).
@@ -86,6 +98,11 @@ impl Default for Config {
             listen: None,
             token_file: None,
             allow_remote: false,
+            tls_cert: None,
+            tls_key: None,
+            allow_insecure_remote: false,
+            max_connections: 1024,
+            header_timeout_secs: 10,
             default_image: "python".into(),
             max_sandboxes: 256,
             max_memory_mb: 0,
@@ -143,6 +160,23 @@ impl Config {
                     "listen address {addr} is not loopback (set allow_remote to permit it)"
                 )));
             }
+            if !addr.ip().is_loopback() && self.tls_cert.is_none() && !self.allow_insecure_remote {
+                return Err(ConfigError::Invalid(format!(
+                    "listen address {addr} is not loopback and no tls_cert is set: the token \
+                     would cross the network in clear text (set tls_cert and tls_key, or \
+                     allow_insecure_remote to force it)"
+                )));
+            }
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls_cert and tls_key go together".into(),
+            ));
+        }
+        if self.max_connections == 0 || self.header_timeout_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "max_connections and header_timeout_secs must be at least 1".into(),
+            ));
         }
         if !(self.memory_overcommit.is_finite() && self.memory_overcommit > 0.0) {
             return Err(ConfigError::Invalid(format!(
@@ -257,6 +291,15 @@ mod tests {
         c.listen = Some("0.0.0.0:9000".parse().unwrap());
         assert!(c.validate().is_err());
         c.allow_remote = true;
+        let err = c.validate().unwrap_err();
+        assert!(err.to_string().contains("clear text"), "{err}");
+        c.tls_cert = Some("/tmp/cert.pem".into());
+        assert!(c.validate().is_err(), "a certificate needs its key");
+        c.tls_key = Some("/tmp/key.pem".into());
+        assert!(c.validate().is_ok());
+        c.tls_cert = None;
+        c.tls_key = None;
+        c.allow_insecure_remote = true;
         assert!(c.validate().is_ok());
     }
 }

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::api::{self, Token};
 use crate::backend::Backend;
 use crate::config::{Config, ConfigError};
+use crate::listen::{self, Limits};
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
@@ -38,6 +39,8 @@ pub enum DaemonError {
     Store(#[from] StoreError),
     #[error("Recovery failed: {0}")]
     Recover(String),
+    #[error("Cannot set up TLS")]
+    Tls(#[from] crate::listen::TlsError),
 }
 
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
@@ -51,7 +54,7 @@ fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
 pub struct Daemon {
     manager: Arc<Manager>,
     unix: UnixListener,
-    tcp: Option<(TcpListener, Token)>,
+    tcp: Option<(TcpListener, Token, Option<tokio_rustls::TlsAcceptor>)>,
     socket: std::path::PathBuf,
 }
 
@@ -67,12 +70,16 @@ impl Daemon {
             .map_err(io_at(&db))?;
         let socket = config.socket_path();
         let unix = bind_unix(&socket).await?;
+        let tls = match (&config.tls_cert, &config.tls_key) {
+            (Some(cert), Some(key)) => Some(crate::listen::tls_acceptor(cert, key)?),
+            _ => None,
+        };
         let tcp = match (config.listen, token) {
             (Some(addr), Some(token)) => {
                 let l = TcpListener::bind(addr)
                     .await
                     .map_err(|source| DaemonError::Bind { addr, source })?;
-                Some((l, token))
+                Some((l, token, tls))
             }
             _ => None,
         };
@@ -95,22 +102,22 @@ impl Daemon {
 
     /// The bound TCP address, if any.
     pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
-        self.tcp.as_ref().and_then(|(l, _)| l.local_addr().ok())
+        self.tcp.as_ref().and_then(|(l, _, _)| l.local_addr().ok())
     }
 
     /// Serves until `stop` resolves, then shuts down gracefully.
     pub async fn serve(self, stop: impl std::future::Future<Output = ()> + Send) {
         let (tx, rx) = watch::channel(false);
-        let wait = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|v| *v).await;
+        let config = self.manager.config();
+        let limits = Limits {
+            max_connections: config.max_connections,
+            header_timeout: std::time::Duration::from_secs(config.header_timeout_secs),
         };
         let unix_app = api::router(self.manager.clone(), None);
-        let unix = axum::serve(self.unix, unix_app).with_graceful_shutdown(wait(rx.clone()));
-        let unix = tokio::spawn(async move { unix.await });
-        let tcp = self.tcp.map(|(listener, token)| {
+        let unix = tokio::spawn(listen::serve(self.unix, unix_app, limits, None, rx.clone()));
+        let tcp = self.tcp.map(|(listener, token, tls)| {
             let app = api::router(self.manager.clone(), Some(token));
-            let srv = axum::serve(listener, app).with_graceful_shutdown(wait(rx.clone()));
-            tokio::spawn(async move { srv.await })
+            tokio::spawn(listen::serve(listener, app, limits, tls, rx.clone()))
         });
         tracing::info!(socket = %self.socket.display(), "serving");
         stop.await;

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod error;
 mod ids;
 pub mod lifecycle;
+pub mod listen;
 pub mod logs;
 pub mod manager;
 pub mod metrics;

@@ -1,0 +1,167 @@
+//! Serving the API on a listener with bounds a network client cannot get around: at most
+//! `max_connections` connections at once (more wait in the kernel's backlog), request
+//! headers within `header_timeout` (a slow-loris client is cut off), and TLS on TCP when
+//! the daemon is given a certificate (required for non-loopback listeners).
+//!
+//! axum's own `serve` has no such knobs; this is its accept loop with hyper's HTTP/1
+//! connection builder (upgrades allowed) and the same Router as the service.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::rustls;
+
+/// Bounds of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// For a request's headers, and for a TLS handshake.
+    pub header_timeout: Duration,
+}
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("Cannot read {path}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} holds no {what}")]
+    Missing {
+        path: std::path::PathBuf,
+        what: &'static str,
+    },
+    #[error("The TLS certificate and key do not fit together")]
+    Config(#[source] rustls::Error),
+}
+
+/// A TLS acceptor for the certificate chain and private key in these PEM files.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.into(),
+            source,
+        })
+    };
+    let certs: Vec<_> = rustls_pemfile::certs(&mut &read(cert)?[..])
+        .filter_map(|c| c.ok())
+        .collect();
+    if certs.is_empty() {
+        return Err(TlsError::Missing {
+            path: cert.into(),
+            what: "PEM certificate",
+        });
+    }
+    let key = rustls_pemfile::private_key(&mut &read(key)?[..])
+        .ok()
+        .flatten()
+        .ok_or_else(|| TlsError::Missing {
+            path: key.into(),
+            what: "PEM private key",
+        })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(TlsError::Config)?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Something connections come from.
+pub trait Accept: Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept(&self) -> impl Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+impl Accept for UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        UnixListener::accept(self).await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&self) -> std::io::Result<Self::Io> {
+        let (s, _) = TcpListener::accept(self).await?;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then lets connections in flight
+/// finish (up to the caller's grace period).
+pub async fn serve<L: Accept>(
+    listener: L,
+    app: Router,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Ok(permit) = permit else { break };
+        let io = tokio::select! {
+            io = listener.accept() => io,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Ok(io) = io else {
+            // Out of descriptors, most likely: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let (app, tls, stop) = (app.clone(), tls.clone(), stop.clone());
+        connections.spawn(async move {
+            let _permit = permit;
+            match tls {
+                None => serve_one(io, app, limits, stop).await,
+                Some(tls) => {
+                    let handshake = tokio::time::timeout(limits.header_timeout, tls.accept(io));
+                    if let Ok(Ok(io)) = handshake.await {
+                        serve_one(io, app, limits, stop).await;
+                    }
+                }
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// One connection, until it ends; on shutdown it finishes the request in flight and closes.
+async fn serve_one<I>(io: I, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(app);
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
