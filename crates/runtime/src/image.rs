@@ -5,7 +5,7 @@
 //! writes `<images>/<name>.json`. A build works in a temporary directory removed whatever
 //! happens, so a failed build leaves no half image behind.
 
-mod chroot;
+mod command;
 mod fsck;
 mod layers;
 pub mod rootfs;
@@ -92,6 +92,7 @@ pub fn validate_name(name: &str) -> Result<()> {
 /// below it) when dropped.
 pub struct BuildDir {
     path: PathBuf,
+    serial: u64,
 }
 
 impl BuildDir {
@@ -103,7 +104,7 @@ impl BuildDir {
             let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let path = parent.join(format!(".build-{name}-{}-{n}", std::process::id()));
             match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(BuildDir { path }),
+                Ok(()) => return Ok(BuildDir { path, serial: n }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(Error::io(path, e)),
             }
@@ -112,6 +113,11 @@ impl BuildDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A number no other build directory of this process has.
+    pub fn serial(&self) -> u64 {
+        self.serial
     }
 }
 
@@ -146,7 +152,10 @@ pub fn remove_stale_builds(dir: &Path) -> Vec<PathBuf> {
             // Its commands (a chroot, mkfs, debootstrap) outlive the killed daemon and
             // would go on writing into the directory while it is removed.
             kill_processes_in(&path);
-            drop(BuildDir { path: path.clone() });
+            drop(BuildDir {
+                path: path.clone(),
+                serial: 0,
+            });
             removed.push(path);
         }
     }
@@ -242,6 +251,18 @@ impl Images {
         removed.extend(remove_stale_builds(
             &rootfs::cache_dir().join("debootstrap"),
         ));
+        // The pins of builds whose process is gone (`build-<pid>-<n>`).
+        for (name, _) in self.store.list_refs().unwrap_or_default() {
+            let owner = name
+                .strip_prefix("build-")
+                .and_then(|r| r.split('-').next());
+            if owner
+                .and_then(|p| p.parse().ok())
+                .is_some_and(|pid| !process_exists(pid))
+            {
+                let _ = self.store.delete_ref(&name);
+            }
+        }
         removed
     }
 
@@ -298,6 +319,24 @@ impl Images {
         progress: ProgressFn<'_>,
     ) -> Result<ImageMeta> {
         validate_name(name)?;
+        let (layer, size) = self.import_rootfs(name, rootfs, &ref_name(name), progress)?;
+        let meta = self.publish_layer(name, &layer, size, defaults);
+        if meta.is_err() && !self.meta_path(name).exists() {
+            // A new image without its metadata is no image: unpin its layer.
+            let _ = self.store.delete_ref(&ref_name(name));
+        }
+        meta
+    }
+
+    /// Makes an ext4 image of `rootfs` and imports it as a sealed layer pinned by `pin`;
+    /// returns the layer and the disk size.
+    fn import_rootfs(
+        &self,
+        name: &str,
+        rootfs: &Path,
+        pin: &str,
+        progress: ProgressFn<'_>,
+    ) -> Result<(blockstore::LayerId, u64)> {
         let work = BuildDir::new(&self.dir, &format!("{name}-img"))?;
         let image = work.path().join("root.ext4");
         let size = ext4_size(rootfs)?;
@@ -306,7 +345,23 @@ impl Images {
         report(progress, "import", "sealing base layer");
         let layer = self
             .store
-            .import_image_as(&image, &ref_name(name))
+            .import_image_as(&image, pin)
+            .map_err(|e| Error::Disk(Box::new(e)))?;
+        Ok((layer, size))
+    }
+
+    /// Publishes sealed layer `layer` (a disk of `size` bytes) as image `name`: pins it as
+    /// the image's layer and writes its metadata atomically.
+    pub fn publish_layer(
+        &self,
+        name: &str,
+        layer: &blockstore::LayerId,
+        size: u64,
+        defaults: Defaults,
+    ) -> Result<ImageMeta> {
+        validate_name(name)?;
+        self.store
+            .set_ref(&ref_name(name), layer)
             .map_err(|e| Error::Disk(Box::new(e)))?;
         let meta = ImageMeta {
             name: name.into(),
@@ -318,23 +373,14 @@ impl Images {
             env: defaults.env,
             cwd: defaults.cwd.unwrap_or_else(root_dir),
         };
-        let path = self.meta_path(name);
-        let tmp = work.path().join("meta.json");
-        let written = std::fs::write(
+        let work = BuildDir::new(&self.dir, &format!("{name}-meta"))?;
+        let (path, tmp) = (self.meta_path(name), work.path().join("meta.json"));
+        std::fs::write(
             &tmp,
             serde_json::to_vec_pretty(&meta).expect("meta serialises"),
         )
         .at(&tmp)
-        .and_then(|()| std::fs::rename(&tmp, &path).at(&path));
-        if let Err(e) = written {
-            // A new image without its metadata is no image: unpin its layer (an older
-            // image of the name keeps the new layer, as its metadata is still in place).
-            if !path.exists() {
-                let _ = self.store.delete_ref(&ref_name(name));
-            }
-            return Err(e);
-        }
-        report(progress, "done", layer.to_string());
+        .and_then(|()| std::fs::rename(&tmp, &path).at(&path))?;
         Ok(meta)
     }
 }
@@ -367,29 +413,105 @@ pub struct BuildSpec {
     pub pip: Vec<String>,
 }
 
+/// One command of a build that runs inside a build sandbox (never on the host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildStep {
+    /// What it does, for progress and errors.
+    pub what: String,
+    pub argv: Vec<String>,
+    /// Whether it needs the package mirrors (the build sandbox gets internet access).
+    pub network: bool,
+}
+
+/// A build as the host prepares it: a base layer made without running anything of the
+/// image, then the steps that must run inside a sandbox booted from that layer (package
+/// managers, maintainer scripts). `Images::finish` publishes the result.
+#[derive(Debug)]
+pub struct BuildPlan {
+    pub name: String,
+    pub base: blockstore::LayerId,
+    pub size: u64,
+    pub defaults: Defaults,
+    pub steps: Vec<BuildStep>,
+    /// Pins `base` until the build ends.
+    pin: String,
+}
+
 impl Images {
-    /// Builds and publishes an image. Nothing is left behind if any step fails.
+    /// Builds and publishes an image whose build needs no step inside a sandbox (it has
+    /// none: otherwise the runtime runs them, see [`Images::prepare`]). Nothing is left
+    /// behind if any part fails.
     pub fn build(&self, spec: &BuildSpec, progress: ProgressFn<'_>) -> Result<ImageMeta> {
+        let plan = self.prepare(spec, progress)?;
+        if !plan.steps.is_empty() {
+            let steps: Vec<&str> = plan.steps.iter().map(|s| s.what.as_str()).collect();
+            let e = Error::Image(format!(
+                "these steps need a build sandbox: {}",
+                steps.join(", ")
+            ));
+            self.abandon(plan);
+            return Err(e);
+        }
+        let (layer, size) = (plan.base.clone(), plan.size);
+        let meta = self.finish(plan, &layer, size)?;
+        report(progress, "done", meta.layer.clone());
+        Ok(meta)
+    }
+
+    /// The host's part of a build: the base root filesystem (busybox applets linked, a
+    /// Debian system unpacked but not configured, a tarball or OCI layout unpacked — no
+    /// program of the image is run), imported as a pinned layer; and the steps left.
+    pub fn prepare(&self, spec: &BuildSpec, progress: ProgressFn<'_>) -> Result<BuildPlan> {
         validate_name(&spec.name)?;
+        rootfs::validate_packages(&spec.apt)?;
+        rootfs::validate_packages(&spec.pip)?;
         let work = BuildDir::new(&self.dir, &spec.name)?;
         let root = work.path().join("rootfs");
         std::fs::create_dir(&root).at(&root)?;
         let mut defaults = Defaults::default();
+        let mut steps = Vec::new();
         match &spec.source {
             Source::Busybox => rootfs::busybox(&root, progress)?,
-            Source::Debian => rootfs::debian(&root, progress)?,
-            Source::Python => rootfs::python(&root, progress)?,
+            Source::Debian => steps.extend(rootfs::debian(&root, progress)?),
+            Source::Python => steps.extend(rootfs::python(&root, progress)?),
             Source::Tarball(t) => import_tarball(t, &root, progress)?,
             Source::OciLayout(l) => defaults = import_oci_layout(l, &root, progress)?,
         }
-        rootfs::apt_install(&root, &spec.apt, progress)?;
-        rootfs::pip_install(&root, &spec.pip, progress)?;
-        self.publish(&spec.name, &root, defaults, progress)
+        steps.extend(rootfs::apt_step(&spec.apt));
+        steps.extend(rootfs::pip_step(&spec.pip));
+        let pin = format!("build-{}-{}", std::process::id(), work.serial());
+        let (base, size) = self.import_rootfs(&spec.name, &root, &pin, progress)?;
+        Ok(BuildPlan {
+            name: spec.name.clone(),
+            base,
+            size,
+            defaults,
+            steps,
+            pin,
+        })
+    }
+
+    /// Publishes `layer` (what the steps made of the plan's base, or the base itself) as
+    /// the plan's image and drops the plan's pin.
+    pub fn finish(
+        &self,
+        plan: BuildPlan,
+        layer: &blockstore::LayerId,
+        size: u64,
+    ) -> Result<ImageMeta> {
+        let meta = self.publish_layer(&plan.name, layer, size, plan.defaults.clone());
+        self.abandon(plan);
+        meta
+    }
+
+    /// Drops a plan's pin (its layers go at the next garbage collection).
+    pub fn abandon(&self, plan: BuildPlan) {
+        let _ = self.store.delete_ref(&plan.pin);
     }
 }
 
 /// Defaults an image gives its sandboxes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Defaults {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,

@@ -1,10 +1,16 @@
 //! Root filesystem builders: busybox, Debian (debootstrap minbase), Python, extra packages.
+//!
+//! Nothing here runs a program of the image being built, on the host or in a chroot: the
+//! host only copies files and unpacks packages (`debootstrap --foreign`). Whatever must
+//! run inside the image — Debian's second stage with its maintainer scripts, apt, pip —
+//! is returned as [`BuildStep`]s that the runtime runs in a build sandbox (runc, seccomp,
+//! no capabilities beyond a sandbox's, its own network policy).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::chroot::{run_logged, Chroot};
-use super::{report, ProgressFn};
+use super::command::run_logged;
+use super::{report, BuildStep, ProgressFn};
 use crate::error::{Error, IoContext, Result};
 
 /// Debian release the `debian` and `python` images are built from.
@@ -27,7 +33,7 @@ pub fn cache_dir() -> PathBuf {
     std::env::var_os("SANDFORK_CACHE").map_or_else(|| "/var/cache/sandfork".into(), PathBuf::from)
 }
 
-/// Fills `root` with busybox (static) and a minimal /etc.
+/// Fills `root` with busybox (static), a link per applet, and a minimal /etc.
 pub fn busybox(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
     report(progress, "busybox", "installing applets");
     for d in [
@@ -41,11 +47,18 @@ pub fn busybox(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
     set_mode(&root.join("root"), 0o700)?;
     let bin = root.join("bin/busybox");
     std::fs::copy(BUSYBOX, &bin).at(&bin)?;
-    run_logged(
-        Command::new("chroot")
-            .arg(root)
-            .args([BUSYBOX, "--install", "-s", "/bin"]),
-    )?;
+    // The host's own busybox lists its applets; the links are made here, not by running
+    // the copy inside the new root.
+    let list = Command::new(BUSYBOX).arg("--list").output().at(BUSYBOX)?;
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        if applet.is_empty() || applet.contains('/') || applet == "busybox" {
+            continue;
+        }
+        let link = root.join("bin").join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink("busybox", &link).at(&link)?;
+        }
+    }
     minimal_etc(root)
 }
 
@@ -90,11 +103,13 @@ pub fn debian_mirror() -> Result<String> {
         })
 }
 
-/// Fills `root` with a Debian minbase system. The debootstrap result is cached as a
-/// tarball under [`cache_dir`], so later builds only unpack it.
-pub fn debian(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
+/// Fills `root` with a Debian minbase system unpacked but not configured
+/// (`debootstrap --foreign`); returns the step that configures it inside a sandbox. The
+/// unpacked tree is cached as a tarball under [`cache_dir`], so later builds only unpack
+/// it.
+pub fn debian(root: &Path, progress: ProgressFn<'_>) -> Result<Vec<BuildStep>> {
     let cache = cache_dir().join("debootstrap");
-    let tarball = cache.join(format!("{DEBIAN_SUITE}-minbase.tar"));
+    let tarball = cache.join(format!("{DEBIAN_SUITE}-minbase-foreign.tar"));
     if !tarball.exists() {
         std::fs::create_dir_all(&cache).at(&cache)?;
         bootstrap_into_cache(&cache, &tarball, progress)?;
@@ -107,7 +122,29 @@ pub fn debian(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
             .arg("--numeric-owner")
             .arg("-C")
             .arg(root),
-    )
+    )?;
+    // The first stage leaves /proc a symlink to the host's; the runtime mounts a procfs
+    // only on a plain directory.
+    for dir in ["proc", "sys"] {
+        let p = root.join(dir);
+        if p.symlink_metadata().is_ok_and(|m| !m.is_dir()) {
+            std::fs::remove_file(&p).at(&p)?;
+        }
+        std::fs::create_dir_all(&p).at(&p)?;
+    }
+    // Inside a sandbox there is no CAP_MKNOD and the disk is nodev: `container=lxc` tells
+    // debootstrap to use the /dev it is given rather than make device nodes.
+    Ok(vec![BuildStep {
+        what: "debootstrap --second-stage".into(),
+        argv: [
+            "/bin/sh",
+            "-c",
+            "container=lxc exec /debootstrap/debootstrap --second-stage",
+        ]
+        .map(String::from)
+        .to_vec(),
+        network: false,
+    }])
 }
 
 fn bootstrap_into_cache(cache: &Path, tarball: &Path, progress: ProgressFn<'_>) -> Result<()> {
@@ -115,17 +152,16 @@ fn bootstrap_into_cache(cache: &Path, tarball: &Path, progress: ProgressFn<'_>) 
     report(
         progress,
         "debootstrap",
-        format!("{DEBIAN_SUITE} minbase from {mirror}"),
+        format!("{DEBIAN_SUITE} minbase from {mirror} (download and unpack only)"),
     );
     let work = super::BuildDir::new(cache, "debootstrap")?;
     let target = work.path().join("root");
     run_logged(
         Command::new("debootstrap")
-            .args(["--variant=minbase", DEBIAN_SUITE])
+            .args(["--foreign", "--variant=minbase", DEBIAN_SUITE])
             .arg(&target)
             .arg(&mirror),
     )?;
-    let _ = std::fs::remove_dir_all(target.join("var/cache/apt/archives"));
     let partial = work.path().join("root.tar");
     run_logged(
         Command::new("tar")
@@ -139,53 +175,57 @@ fn bootstrap_into_cache(cache: &Path, tarball: &Path, progress: ProgressFn<'_>) 
     std::fs::rename(&partial, tarball).at(tarball)
 }
 
-/// Installs Debian packages into `root` with apt-get inside a chroot.
-pub fn apt_install(root: &Path, packages: &[String], progress: ProgressFn<'_>) -> Result<()> {
+/// The step installing Debian packages with apt-get, inside the build sandbox.
+pub fn apt_step(packages: &[String]) -> Option<BuildStep> {
     if packages.is_empty() {
-        return Ok(());
+        return None;
     }
-    validate_packages(packages)?;
-    report(progress, "apt", packages.join(" "));
-    let chroot = Chroot::enter(root)?;
-    chroot.run(&["apt-get", "update", "-qq"])?;
-    let mut install = vec!["apt-get", "install", "-y", "-qq", "--no-install-recommends"];
-    install.extend(packages.iter().map(String::as_str));
-    chroot.run(&install)?;
-    chroot.run(&["apt-get", "clean"])?;
-    let lists = root.join("var/lib/apt/lists");
-    let _ = std::fs::remove_dir_all(&lists);
-    std::fs::create_dir_all(lists.join("partial")).at(&lists)
+    let list = packages.join(" ");
+    let script = format!(
+        "apt-get update -qq && apt-get install -y -qq --no-install-recommends {list} && \
+         apt-get clean && rm -rf /var/lib/apt/lists/* && mkdir -p /var/lib/apt/lists/partial"
+    );
+    Some(BuildStep {
+        what: format!("apt: {list}"),
+        argv: vec!["/bin/sh".into(), "-c".into(), script],
+        network: true,
+    })
 }
 
-/// Installs Python packages into `root`'s system Python with pip inside a chroot.
-pub fn pip_install(root: &Path, packages: &[String], progress: ProgressFn<'_>) -> Result<()> {
+/// The step installing Python packages into the system Python with pip, inside the build
+/// sandbox.
+pub fn pip_step(packages: &[String]) -> Option<BuildStep> {
     if packages.is_empty() {
-        return Ok(());
+        return None;
     }
-    validate_packages(packages)?;
-    report(progress, "pip", packages.join(" "));
-    let chroot = Chroot::enter(root)?;
-    let mut cmd = vec![
+    let mut argv: Vec<String> = [
         "python3",
         "-m",
         "pip",
         "install",
         "--no-cache-dir",
         "--break-system-packages",
-    ];
-    cmd.extend(packages.iter().map(String::as_str));
-    chroot.run(&cmd)
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend(packages.iter().cloned());
+    Some(BuildStep {
+        what: format!("pip: {}", packages.join(" ")),
+        argv,
+        network: true,
+    })
 }
 
 /// The `python` image: Debian plus Python 3 with pip, venv and numpy.
-pub fn python(root: &Path, progress: ProgressFn<'_>) -> Result<()> {
-    debian(root, progress)?;
+pub fn python(root: &Path, progress: ProgressFn<'_>) -> Result<Vec<BuildStep>> {
+    let mut steps = debian(root, progress)?;
     let pkgs: Vec<String> = PYTHON_PACKAGES.iter().map(|s| s.to_string()).collect();
-    apt_install(root, &pkgs, progress)
+    steps.extend(apt_step(&pkgs));
+    Ok(steps)
 }
 
 /// Package names must look like names, not options or shell.
-fn validate_packages(packages: &[String]) -> Result<()> {
+pub fn validate_packages(packages: &[String]) -> Result<()> {
     let ok = |p: &String| {
         !p.is_empty()
             && !p.starts_with('-')

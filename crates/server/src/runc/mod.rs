@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 use crate::backend::*;
 use crate::config::Config;
 
+mod build;
 mod errors;
 mod snapshots;
 mod streams;
@@ -40,6 +41,10 @@ pub struct RuncBackend {
 impl RuncBackend {
     /// The runtime for `config.data_dir` on the real host.
     pub fn open(config: &Config) -> Result<Arc<dyn Backend>, BackendError> {
+        Ok(Arc::new(Self::open_concrete(config)?))
+    }
+
+    fn open_concrete(config: &Config) -> Result<RuncBackend, BackendError> {
         let data = config.data_dir.clone();
         let disks = Disks::open_with(data.join("store"), config.disk_flush).map_err(host_err)?;
         let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
@@ -47,11 +52,11 @@ impl RuncBackend {
         rc.ready_timeout = Duration::from_secs(30);
         let host = RealHost::new(disks, "/run/sandfork");
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
-        Ok(Arc::new(RuncBackend {
+        Ok(RuncBackend {
             runtime,
             images,
             agents: Mutex::new(HashMap::new()),
-        }))
+        })
     }
 
     fn agent(&self, id: &str) -> BackendResult<AgentClient> {
@@ -367,20 +372,7 @@ impl Backend for RuncBackend {
             apt: req.apt.clone(),
             pip: req.pip.clone(),
         };
-        let images = self.images.clone();
-        let meta = tokio::task::spawn_blocking(move || {
-            let report = |p: runtime::image::Progress| {
-                let _ = progress.blocking_send(format!("{}: {}", p.stage, p.detail));
-            };
-            images.build(&spec, &report)
-        })
-        .await
-        .map_err(|e| BackendError::Host(format!("Image build task failed: {e}")))?
-        .map_err(|e| BackendError::Host(format!("Image build failed: {}", error_chain(&e))))?;
-        Ok(BuiltImage {
-            layer_id: meta.layer,
-            size_bytes: meta.size,
-        })
+        self.build(spec, progress).await
     }
 
     async fn remove_image(&self, name: &str) -> BackendResult<()> {
