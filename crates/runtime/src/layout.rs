@@ -172,11 +172,28 @@ impl Record {
         })
     }
 
-    /// Writes the record atomically (temp file + rename).
+    /// Writes the record atomically (temp file + rename), readable by root only (its
+    /// spec holds the sandbox's secrets).
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(self).expect("record serialises");
-        std::fs::write(&tmp, bytes).at(&tmp)?;
+        write_private(&tmp, &bytes)?;
         std::fs::rename(&tmp, path).at(path)
     }
+}
+
+/// Writes `bytes` to a new (or truncated) file of mode 0600.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .at(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .at(path)?;
+    f.write_all(bytes).at(path)
 }

@@ -83,7 +83,21 @@ pub struct BootSpec {
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub env: BTreeMap<String, String>,
+    /// Like `env`, but never copied into a snapshot or an export: given at create and at
+    /// restore only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
     pub network: NetworkSpec,
+}
+
+impl BootSpec {
+    /// The spec a snapshot keeps: everything but the secrets.
+    pub fn without_secrets(&self) -> BootSpec {
+        BootSpec {
+            secrets: BTreeMap::new(),
+            ..self.clone()
+        }
+    }
 }
 
 /// What a booted sandbox reports back.

@@ -65,9 +65,20 @@ impl Daemon {
         let token = config.read_token()?.map(Token::new);
         private_dir(&config.data_dir)?;
         let db = config.data_dir.join("state.db");
+        // SQLite gives its -wal and -shm files the database's mode: 0600 for all three
+        // (the state holds sandboxes' secrets).
+        for file in ["state.db", "state.db-wal", "state.db-shm"].map(|f| config.data_dir.join(f)) {
+            if file.exists() || file == db {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&file);
+                f.map_err(io_at(&file))?;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io_at(&file))?;
+            }
+        }
         let store = Store::open(&db)?;
-        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_at(&db))?;
         let socket = config.socket_path();
         let unix = bind_unix(&socket).await?;
         let tls = match (&config.tls_cert, &config.tls_key) {

@@ -601,3 +601,53 @@ fn an_imported_disk_that_is_not_a_clean_filesystem_is_refused_before_any_mount()
     let (_, list) = b.client().get("/v1/snapshots");
     assert!(list["snapshots"].as_array().unwrap().is_empty(), "{list}");
 }
+
+#[test]
+fn secrets_reach_the_sandbox_but_no_snapshot_export_or_readable_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TestDaemon::start();
+    let secret = "s3cr3t-7f3a9c";
+    let src = d.create(json!({"memory_mb": 64, "secrets": {"API_TOKEN": secret}}));
+    assert_eq!(out(&d.sh(&src, "echo $API_TOKEN")), secret);
+    let (_, view) = d.client().get(&format!("/v1/sandboxes/{src}"));
+    assert!(!view.to_string().contains(secret), "{view}");
+    let fs = checkpoint(&d, &src, "filesystem");
+    let fs_id = fs["id"].as_str().unwrap();
+    assert!(!fs.to_string().contains(secret));
+    let file = export(&d, fs_id);
+    assert!(
+        !file.windows(secret.len()).any(|w| w == secret.as_bytes()),
+        "a filesystem export carries no secret"
+    );
+    // Restored without it, a child lacks it; given at restore, it has the new one.
+    let child = d.create(json!({"snapshot_id": fs_id}));
+    assert_eq!(out(&d.sh(&child, "echo x${API_TOKEN}x")), "xx");
+    let child = d.create(json!({"snapshot_id": fs_id, "secrets": {"API_TOKEN": "fresh"}}));
+    assert_eq!(out(&d.sh(&child, "echo $API_TOKEN")), "fresh");
+    // Wherever the daemon wrote it on the host, only root can read it.
+    let mut holders = Vec::new();
+    let mut stack = vec![d.data.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let (path, meta) = (e.path(), e.metadata().unwrap());
+            if meta.is_dir() && !path.ends_with("rootfs") && !path.ends_with("store") {
+                stack.push(path);
+            } else if meta.is_file() && meta.len() < (64 << 20) {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                if bytes.windows(secret.len()).any(|w| w == secret.as_bytes()) {
+                    holders.push((path, meta.permissions().mode() & 0o777));
+                }
+            }
+        }
+    }
+    for (path, mode) in &holders {
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "{} (mode {mode:o}) holds the secret",
+            path.display()
+        );
+    }
+    let data_mode = std::fs::metadata(&d.data).unwrap().permissions().mode() & 0o777;
+    assert_eq!(data_mode, 0o700);
+}

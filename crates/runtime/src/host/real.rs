@@ -201,7 +201,8 @@ impl Host for RealHost {
     fn write_config(&self, paths: &SandboxPaths, config: &[u8]) -> Result<()> {
         let criu = paths.criu_config();
         std::fs::write(&criu, crate::oci::CRIU_OPTIONS).at(&criu)?;
-        std::fs::write(paths.config(), config).at(paths.config())
+        // The process environment in it holds the sandbox's secrets.
+        crate::layout::write_private(&paths.config(), config)
     }
 
     fn runc_run(&self, root: &Path, id: &str, paths: &SandboxPaths) -> Result<()> {

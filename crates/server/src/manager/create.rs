@@ -144,15 +144,14 @@ fn check_entrypoint(req: &CreateSandbox) -> Result<()> {
 fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow> {
     let net = network_of(req)?;
     let now = now_rfc3339();
-    let mut env = req.env.clone();
-    env.extend(req.secrets.clone());
     let boot = BootSpec {
         id: id.to_string(),
         image: image.clone(),
         cpus: req.cpus.unwrap_or(1.0),
         memory_mb: req.memory_mb.unwrap_or(512),
         disk_mb: req.disk_mb.unwrap_or(0),
-        env,
+        env: req.env.clone(),
+        secrets: req.secrets.clone(),
         network: NetworkSpec {
             internet: net.mode == NetworkModeName::Internet,
             allow_out: net.allow_out.clone(),

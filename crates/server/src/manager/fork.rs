@@ -29,6 +29,8 @@ pub(super) struct Child {
     pub index: u32,
     pub name: Option<String>,
     pub env: BTreeMap<String, String>,
+    /// Given at restore, never kept in a snapshot.
+    pub secrets: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub timeout_secs: u64,
     /// Resource overrides (filesystem snapshots only).
@@ -85,6 +87,7 @@ fn child_row(rec: &SnapshotRecord, c: &Child) -> SandboxRow {
     let mut boot = rec.boot.clone();
     boot.id = new_id();
     boot.env.extend(c.env.clone());
+    boot.secrets.clone_from(&c.secrets);
     if rec.view.kind == SnapshotType::Filesystem {
         boot.cpus = c.cpus.unwrap_or(boot.cpus);
         boot.memory_mb = c.memory_mb.unwrap_or(boot.memory_mb);
@@ -149,12 +152,11 @@ impl Manager {
         let snap = req.snapshot_id.clone().unwrap_or_default();
         let rec = self.snapshot_record(&snap).await?;
         check_pinned(&rec, &req)?;
-        let mut env = req.env.clone();
-        env.extend(req.secrets.clone());
         let child = Child {
             index: 0,
             name: req.name.clone(),
-            env,
+            env: req.env.clone(),
+            secrets: req.secrets.clone(),
             labels: req.labels.clone(),
             timeout_secs: req.timeout_secs.unwrap_or(0),
             cpus: req.cpus,
@@ -205,7 +207,9 @@ impl Manager {
                 fork_index: c.index,
                 seed: seed(),
                 parent_snapshot_id: Some(rec.view.id.clone()),
-                env: c.env.into_iter().collect(),
+                // New processes of the restored sandbox see both; only the agent keeps the
+                // secrets (in memory), no record does.
+                env: c.env.into_iter().chain(c.secrets).collect(),
             }),
             hooks: rec.hooks.clone(),
         };
@@ -309,7 +313,6 @@ fn check_fork(req: &ForkRequest) -> Result<()> {
 
 fn child_of(req: &ForkRequest, i: u32) -> Child {
     let mut env = req.env.clone();
-    env.extend(req.secrets.clone());
     let mut labels = req.labels.clone();
     if let Some(c) = req.per_child.get(i as usize) {
         env.extend(c.env.clone());
@@ -319,6 +322,7 @@ fn child_of(req: &ForkRequest, i: u32) -> Child {
         index: i,
         name: req.name_prefix.as_ref().map(|p| format!("{p}-{i}")),
         env,
+        secrets: req.secrets.clone(),
         labels,
         timeout_secs: req.timeout_secs.unwrap_or(0),
         ..Default::default()
@@ -358,6 +362,7 @@ mod tests {
                 memory_mb: 128,
                 disk_mb: 0,
                 env: BTreeMap::from([("A".into(), "1".into())]),
+                secrets: BTreeMap::new(),
                 network: NetworkSpec::default(),
             },
             hooks: vec![],
@@ -408,7 +413,8 @@ mod tests {
             (c0.env["E"].as_str(), c2.env["E"].as_str()),
             ("first", "all")
         );
-        assert_eq!(c0.env["S"], "x");
+        assert_eq!(c0.secrets["S"], "x");
+        assert!(!c0.env.contains_key("S"), "secrets stay apart from env");
         assert_eq!((c0.labels.len(), c2.labels.len()), (2, 1));
         assert_eq!(c2.name.as_deref(), Some("w-2"));
         let rec = record(SnapshotType::Memory);

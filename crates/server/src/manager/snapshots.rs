@@ -98,7 +98,7 @@ impl Manager {
                 },
                 layer_id: cp.layer_id,
                 memory_dir: cp.memory_dir,
-                boot: row.boot.clone(),
+                boot: row.boot.without_secrets(),
                 hooks: args.hooks,
                 internal,
             };

@@ -115,7 +115,13 @@ impl RuncBackend {
                 disk_mb: b.disk_mb,
                 ..Resources::default()
             },
-            env: b.env.clone(),
+            // Secrets reach the sandbox like env, only at create and restore.
+            env: b
+                .env
+                .iter()
+                .chain(&b.secrets)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             network,
         }
     }
