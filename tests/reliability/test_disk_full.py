@@ -99,7 +99,9 @@ def small_fs() -> Iterator[SmallFs]:
 @pytest.fixture
 def full_daemon(small_fs: SmallFs) -> Iterator[tuple]:
     """A daemon whose data dir is ``small_fs``; stopped and checked for leaks after."""
-    d = new_daemon(root=small_fs.mnt.parent)
+    # The small filesystem is all the room there is: the daemon keeps only 16 MiB free for
+    # new sandboxes (default 1 GiB), so the tests can fill it while sandboxes run.
+    d = new_daemon(root=small_fs.mnt.parent, config="disk_reserve_mb = 16\n")
     try:
         yield d, small_fs
     finally:
@@ -134,7 +136,7 @@ PRECIOUS = ("/root/data", "precious\n")
 
 
 def sandbox_with_precious_file(c: Client) -> Sandbox:
-    sb = Sandbox.create(client=c)
+    sb = Sandbox.create(client=c, allow_internet_access=False)
     sb.write_file(*PRECIOUS)
     return sb
 
@@ -144,7 +146,7 @@ def usable(sb: Sandbox, path: str = PRECIOUS[0], content: str = PRECIOUS[1]) -> 
     if str(sb.status) != "running":
         problems.append(f"sandbox is {sb.status}")
     r = sb.run("cat", [path])
-    if r.stdout != content:
+    if r.stdout_bytes.decode() != content:
         problems.append(f"{path} reads {r.stdout!r} {r.stderr!r}")
     return problems
 
@@ -192,7 +194,7 @@ def test_checkpoint_on_a_full_disk(full_daemon, faults) -> None:
     try:
         snap = sb.checkpoint(checkpoint_type="memory")
         restored = Sandbox.create(client=c, snapshot_id=snap.id)
-        ok = restored.run("cat", [PRECIOUS[0]]).stdout == PRECIOUS[1]
+        ok = restored.run("cat", [PRECIOUS[0]]).stdout_bytes.decode() == PRECIOUS[1]
         restored.terminate()
         snap.delete()
         faults.verified_snapshot()
@@ -269,7 +271,7 @@ def test_image_build_on_a_full_disk(full_daemon, faults) -> None:
     ok = "image" in last and last["image"]["name"] == "full"
     faults.injected("image build after the disk was freed succeeds", ok, json.dumps(last)[-300:])
     if ok:
-        with Sandbox.create(image="full", client=c) as sb:
-            ok = sb.run("echo", ["hi"]).stdout == "hi\n"
+        with Sandbox.create(image="full", client=c, allow_internet_access=False) as sb:
+            ok = sb.run("echo", ["hi"]).stdout == "hi"
         faults.injected("a sandbox boots from the image built after", ok, "")
         c.request("DELETE", "/v1/images/full")

@@ -147,12 +147,23 @@ pub struct HostMemory {
     pub available_mb: u64,
 }
 
+/// Free space, in MiB, of the host filesystem holding the data directory (sandbox disks
+/// grow into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostDisk {
+    pub free_mb: u64,
+}
+
 /// The runtime side of the daemon.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     /// The host's memory now, or `None` where it cannot be known (admission then applies
     /// its caps only).
     fn host_memory(&self) -> Option<HostMemory> {
+        None
+    }
+    /// The data directory's filesystem now, or `None` where it cannot be known.
+    fn host_disk(&self) -> Option<HostDisk> {
         None
     }
     /// Removes every host resource of sandboxes not in `keep` (after a crash).

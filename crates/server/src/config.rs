@@ -66,6 +66,8 @@ pub struct Config {
     pub memory_overcommit: f64,
     /// Host memory, in MiB, admission keeps free; 0 = 5% of the host's, at least 512 MiB.
     pub memory_reserve_mb: u64,
+    /// Free space, in MiB, the data directory's disk keeps: new sandboxes are refused below.
+    pub disk_reserve_mb: u64,
     /// How long a create, restore or fork waits for room when the host is full before it
     /// is refused (429 naming what is full), in seconds.
     pub admission_wait_secs: u64,
@@ -108,6 +110,7 @@ impl Default for Config {
             max_memory_mb: 0,
             memory_overcommit: 2.0,
             memory_reserve_mb: 0,
+            disk_reserve_mb: 1024,
             admission_wait_secs: 30,
             pressure_suspend_idle_secs: 120,
             reaper_interval_ms: 1000,
@@ -207,6 +210,7 @@ impl Config {
             max_sandboxes: self.max_sandboxes as usize,
             max_limits_mb,
             reserve_mb,
+            disk_reserve_mb: self.disk_reserve_mb,
         }
     }
 

@@ -9,7 +9,10 @@
 //! - the host's available memory, less the reserve kept free and less what sandboxes
 //!   admitted in the last [`SETTLE`] have yet to take, covers what the new one needs to
 //!   start: its snapshot's memory images for a warm restore, [`BASELINE_NEED_MB`] for a
-//!   cold boot.
+//!   cold boot;
+//! - the host disk of the data directory keeps at least `disk_reserve_mb` free (sandbox
+//!   disks are thin and grow into it as their guests write; a full host disk fails their
+//!   writeback, so new sandboxes are refused well before).
 //!
 //! A refusal names what is full; the manager queues the request for a bounded time first
 //! (and may suspend idle sandboxes to make room), see `Manager::admit`.
@@ -17,7 +20,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::backend::HostMemory;
+use crate::backend::{HostDisk, HostMemory};
 
 /// What a cold-booted sandbox takes at first: its agent, its disk server and the first
 /// pages of its image.
@@ -35,6 +38,8 @@ pub struct Policy {
     pub max_limits_mb: u64,
     /// Host memory kept free, in MiB.
     pub reserve_mb: u64,
+    /// Host disk space kept free, in MiB.
+    pub disk_reserve_mb: u64,
 }
 
 /// What a new sandbox asks for.
@@ -53,12 +58,14 @@ pub enum Refusal {
     Limits(String),
     /// The host's memory: making room (suspending idle sandboxes) can help.
     Memory(String),
+    /// The host disk of the data directory.
+    Disk(String),
 }
 
 impl Refusal {
     pub fn message(&self) -> &str {
         match self {
-            Refusal::Count(m) | Refusal::Limits(m) | Refusal::Memory(m) => m,
+            Refusal::Count(m) | Refusal::Limits(m) | Refusal::Memory(m) | Refusal::Disk(m) => m,
         }
     }
 }
@@ -96,8 +103,15 @@ impl Admission {
         id: &str,
         want: Want,
         host: Option<HostMemory>,
+        disk: Option<HostDisk>,
         now: Instant,
     ) -> Result<(), Refusal> {
+        if let Some(disk) = disk.filter(|d| d.free_mb < self.policy.disk_reserve_mb) {
+            return Err(Refusal::Disk(format!(
+                "Host disk is full: {} MiB free where the data directory keeps {} MiB free",
+                disk.free_mb, self.policy.disk_reserve_mb
+            )));
+        }
         self.check(want, host, now)?;
         self.held.insert(
             id.to_string(),
@@ -193,6 +207,7 @@ mod tests {
             max_sandboxes: 2,
             max_limits_mb: 1000,
             reserve_mb: 100,
+            disk_reserve_mb: 1024,
         }
     }
 
@@ -204,17 +219,17 @@ mod tests {
     fn caps_count_and_summed_limits() {
         let mut a = Admission::new(policy());
         let now = Instant::now();
-        a.reserve("a", want(600, 10), None, now).unwrap();
-        let e = a.reserve("b", want(500, 10), None, now).unwrap_err();
+        a.reserve("a", want(600, 10), None, None, now).unwrap();
+        let e = a.reserve("b", want(500, 10), None, None, now).unwrap_err();
         assert!(matches!(e, Refusal::Limits(_)), "{e:?}");
         assert!(e.message().contains("overcommit"), "{e:?}");
-        a.reserve("b", want(400, 10), None, now).unwrap();
-        let e = a.reserve("c", want(1, 1), None, now).unwrap_err();
+        a.reserve("b", want(400, 10), None, None, now).unwrap();
+        let e = a.reserve("c", want(1, 1), None, None, now).unwrap_err();
         assert!(e.message().contains("Sandbox limit"), "{e:?}");
         a.release("a");
         a.release("a");
         assert_eq!(a.count(), 1);
-        a.reserve("c", want(600, 10), None, now).unwrap();
+        a.reserve("c", want(600, 10), None, None, now).unwrap();
         assert_eq!(a.limits_mb(), 1000);
     }
 
@@ -225,6 +240,7 @@ mod tests {
             max_sandboxes: 10,
             max_limits_mb: 16 << 10,
             reserve_mb: 512,
+            disk_reserve_mb: 1024,
         });
         let host = HostMemory {
             total_mb: 8 << 10,
@@ -232,9 +248,27 @@ mod tests {
         };
         let now = Instant::now();
         for i in 0..4 {
-            a.reserve(&format!("s{i}"), want(4096, 300), Some(host), now)
+            a.reserve(&format!("s{i}"), want(4096, 300), Some(host), None, now)
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn a_nearly_full_host_disk_refuses_new_sandboxes() {
+        let mut a = Admission::new(policy());
+        let now = Instant::now();
+        let full = Some(HostDisk { free_mb: 900 });
+        let e = a.reserve("a", want(64, 10), None, full, now).unwrap_err();
+        assert!(matches!(e, Refusal::Disk(_)), "{e:?}");
+        assert!(e.message().contains("900 MiB free"), "{e:?}");
+        a.reserve(
+            "a",
+            want(64, 10),
+            None,
+            Some(HostDisk { free_mb: 5000 }),
+            now,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -243,20 +277,26 @@ mod tests {
             max_sandboxes: 10,
             max_limits_mb: 1 << 20,
             reserve_mb: 100,
+            disk_reserve_mb: 1024,
         });
         let host = HostMemory {
             total_mb: 1000,
             available_mb: 700,
         };
         let t0 = Instant::now();
-        a.reserve("a", want(4096, 400), Some(host), t0).unwrap();
+        a.reserve("a", want(4096, 400), Some(host), None, t0)
+            .unwrap();
         // 700 - 100 kept free - 400 about to be taken by "a" leaves 200.
-        let e = a.reserve("b", want(4096, 300), Some(host), t0).unwrap_err();
+        let e = a
+            .reserve("b", want(4096, 300), Some(host), None, t0)
+            .unwrap_err();
         assert!(matches!(e, Refusal::Memory(_)), "{e:?}");
         assert!(e.message().contains("300 MiB needed"), "{e:?}");
-        a.reserve("b", want(4096, 200), Some(host), t0).unwrap();
+        a.reserve("b", want(4096, 200), Some(host), None, t0)
+            .unwrap();
         // Once they settled, what they took shows in the host's figure instead.
         let later = t0 + SETTLE;
-        a.reserve("c", want(4096, 550), Some(host), later).unwrap();
+        a.reserve("c", want(4096, 550), Some(host), None, later)
+            .unwrap();
     }
 }

@@ -252,7 +252,7 @@ impl Manager {
         row: &SandboxRow,
         want: Want,
     ) -> Result<std::result::Result<Arc<Entry>, Refusal>> {
-        let host = self.backend.host_memory();
+        let (host, disk) = (self.backend.host_memory(), self.backend.host_disk());
         let mut reg = self.registry_mut();
         if let Some(name) = &row.view.name {
             let taken = reg.entries.values().any(|e| {
@@ -267,7 +267,7 @@ impl Manager {
         }
         if let Err(refusal) = reg
             .admission
-            .reserve(&row.view.id, want, host, Instant::now())
+            .reserve(&row.view.id, want, host, disk, Instant::now())
         {
             return Ok(Err(refusal));
         }

@@ -33,6 +33,7 @@ use streams::{pump_attach, pump_exec, until_error};
 
 /// The container runtime as the daemon's backend.
 pub struct RuncBackend {
+    data_dir: std::path::PathBuf,
     runtime: Arc<dyn Runtime>,
     images: Arc<Images>,
     agents: Mutex<HashMap<String, AgentClient>>,
@@ -53,6 +54,7 @@ impl RuncBackend {
         let host = RealHost::new(disks, "/run/sandfork");
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
         Ok(RuncBackend {
+            data_dir: data,
             runtime,
             images,
             agents: Mutex::new(HashMap::new()),
@@ -135,6 +137,13 @@ fn booted(h: &runtime::SandboxHandle) -> Booted {
 
 #[async_trait]
 impl Backend for RuncBackend {
+    fn host_disk(&self) -> Option<HostDisk> {
+        let free = runtime::space::free_bytes(&self.data_dir).ok()?;
+        Some(HostDisk {
+            free_mb: free >> 20,
+        })
+    }
+
     fn host_memory(&self) -> Option<HostMemory> {
         let (total_mb, available_mb) = runtime::space::memory_mb().ok()?;
         Some(HostMemory {
