@@ -10,7 +10,7 @@ use std::time::Duration;
 
 pub use checkpoint::{CheckpointHost, CriuPaths};
 pub use fake::FakeHost;
-pub use real::{Disks, RealHost};
+pub use real::{runc_version, Disks, RealHost};
 
 use crate::error::Result;
 use crate::layout::SandboxPaths;

@@ -5,6 +5,7 @@ mod cmd;
 mod disks;
 mod kdat;
 mod netns;
+pub mod runc_version;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -64,7 +65,7 @@ impl RealHost {
 }
 
 fn runc(root: &Path) -> Command {
-    let mut c = Command::new("runc");
+    let mut c = Command::new(runc_version::binary());
     c.arg("--root").arg(root);
     c
 }

@@ -46,6 +46,7 @@ impl RuncBackend {
     }
 
     fn open_concrete(config: &Config) -> Result<RuncBackend, BackendError> {
+        runtime::host::runc_version::check().map_err(host_err)?;
         let data = config.data_dir.clone();
         let disks = Disks::open_with(data.join("store"), config.disk_flush).map_err(host_err)?;
         let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
