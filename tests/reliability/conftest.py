@@ -143,7 +143,7 @@ def census(d: Daemon, live: Sequence[str] = ()) -> List[str]:
     mounts and loop devices under its directory, network namespaces, cgroups, disk servers."""
     found = leaks_of(d)
     for sid in set(known_sandbox_ids(d)) - set(live):
-        if Path(f"/run/netns/sf-{sid}").exists():
+        if Path(f"/run/sandfork/netns/sf-{sid}").exists():
             found.append(f"network namespace sf-{sid}")
         hierarchies = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]
         found += [f"cgroup {h / 'sandfork' / sid}" for h in hierarchies if (h / "sandfork" / sid).is_dir()]
@@ -183,7 +183,7 @@ def leaks_except(d: Daemon, live: Sequence[str]) -> List[str]:
 
     found = [x for x in leaks_of(d) if not mine(x)]
     for sid in set(known_sandbox_ids(d)) - keep:
-        if Path(f"/run/netns/sf-{sid}").exists():
+        if Path(f"/run/sandfork/netns/sf-{sid}").exists():
             found.append(f"network namespace sf-{sid}")
         hierarchies = [Path("/sys/fs/cgroup"), *Path("/sys/fs/cgroup").iterdir()]
         found += [f"cgroup {h / 'sandfork' / sid}" for h in hierarchies if (h / "sandfork" / sid).is_dir()]

@@ -22,7 +22,10 @@ fn traces(data: &Path, id: &str) -> Vec<String> {
     if runc.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l == id)) {
         found.push("runc container".to_string());
     }
-    if Path::new("/run/netns").join(format!("sf-{id}")).exists() {
+    if Path::new("/run/sandfork/netns")
+        .join(format!("sf-{id}"))
+        .exists()
+    {
         found.push("netns".into());
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();

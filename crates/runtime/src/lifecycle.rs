@@ -170,7 +170,7 @@ fn build_net(
 
 /// Writes the bundle, runs the container and waits for its agent.
 fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<Step>) -> Result<()> {
-    let netns = Path::new("/run/netns").join(&record.names.netns);
+    let netns = net::netns_path(&record.names.netns);
     let rootfs = paths.rootfs();
     let run_dir = paths.run();
     let resolv = resolv_conf(paths, record)?;

@@ -20,6 +20,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, IoContext, Result};
 use crate::spec::Cidr;
 
+/// Where sandboxes' network namespaces are pinned: a directory of sandfork's own, not
+/// iproute2's /run/netns (which `ip netns add` re-mounts over itself, after which a pin
+/// made before cannot be removed).
+pub const NETNS_DIR: &str = "/run/sandfork/netns";
+
+/// The pin of network namespace `name`.
+pub fn netns_path(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
 /// Name of the nftables table owned by sandfork (family `inet`).
 pub const NFT_TABLE: &str = "sandfork";
 

@@ -300,7 +300,7 @@ async fn destroy_leaves_nothing_behind() {
     env.runtime.destroy(&id).await.unwrap();
     env.runtime.destroy(&id).await.unwrap();
     assert!(!sb.dir.exists());
-    assert!(!std::path::Path::new(&format!("/run/netns/sf-{id}")).exists());
+    assert!(!runtime::net::netns_path(&format!("sf-{id}")).exists());
     assert!(!std::path::Path::new(&format!("/sys/class/net/{host_if}")).exists());
     assert!(gone_soon(pid, &id), "the sandbox's init outlived destroy");
     assert!(!std::path::Path::new(&format!("/sys/fs/cgroup/pids/sandfork/{id}")).exists());
@@ -348,4 +348,33 @@ fn gone_soon(pid: u32, id: &str) -> bool {
         std::thread::sleep(Duration::from_millis(10));
         !cg.contains(id) || zombie
     })
+}
+
+/// Other host tools beside a live daemon: `ip netns add` re-mounts /run/netns over itself,
+/// and `ip netns exec` starts a process in a mount namespace of its own, with copies of
+/// every mount of the host's — the sandbox's disk, FUSE and tmpfs mounts among them.
+/// Deleting the sandbox still converges.
+#[tokio::test(flavor = "multi_thread")]
+async fn delete_converges_beside_ip_netns_add_and_exec() {
+    let env = TestEnv::new();
+    let mut spec = env.spec("beside");
+    spec.network = internet(vec![], vec![]);
+    let id = spec.id.clone();
+    env.runtime.create(spec).await.unwrap();
+    let ns = format!("sft-other-{:x}", unique() % 65536);
+    ip(&["netns", "add", &ns]);
+    let mut other = Command::new("ip")
+        .args(["netns", "exec", &ns, "sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let destroyed = env.runtime.destroy(&id).await;
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    destroyed.expect("delete converges");
+    assert!(!runtime::net::netns_path(&format!("sf-{id}")).exists());
+    assert!(env.runtime.list().await.unwrap().is_empty());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&id), "a mount is left");
 }

@@ -138,7 +138,7 @@ async fn adopt_after_restart_and_clean_up_the_dead() {
     }
     assert_eq!(cleaned, vec![dead.id.clone()]);
     assert!(!dead.dir.exists());
-    assert!(!std::path::Path::new(&format!("/run/netns/sf-{}", dead.id)).exists());
+    assert!(!std::path::Path::new(&format!("/run/sandfork/netns/sf-{}", dead.id)).exists());
     let adopted = restarted.adopt(&live.id).await.unwrap();
     let (_, out, _) = sh(&adopted.agent(), "cat /root/f").await;
     assert_eq!(out, "before\n");
@@ -211,7 +211,7 @@ async fn an_init_that_never_answers_fails_create_and_leaves_nothing() {
     );
     let data = env.runtime.config().data_dir.clone();
     assert!(!data.join("sandboxes").join(&id).exists());
-    assert!(!std::path::Path::new(&format!("/run/netns/sf-{id}")).exists());
+    assert!(!std::path::Path::new(&format!("/run/sandfork/netns/sf-{id}")).exists());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&id), "{mounts}");
     assert!(broken.list().await.unwrap().is_empty());

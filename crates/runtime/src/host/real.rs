@@ -139,10 +139,11 @@ impl Host for RealHost {
 
     fn veth_add(&self, netns: &str, a: &NetAlloc) -> Result<()> {
         let host = format!(
-            "link add {h} type veth peer name {p} netns {netns}\n\
+            "link add {h} type veth peer name {p} netns {ns}\n\
              addr add {ha}/30 dev {h}\nlink set {h} up\n",
             h = a.host_if,
             p = a.peer_if,
+            ns = netns::path(netns).display(),
             ha = a.host_addr
         );
         run_stdin(ip().args(["-batch", "-"]), &host)?;
@@ -153,7 +154,11 @@ impl Host for RealHost {
             sa = a.sandbox_addr,
             ha = a.host_addr
         );
-        run_stdin(ip().args(["-n", netns, "-batch", "-"]), &inside)
+        let mut ip_inside = Command::new("nsenter");
+        ip_inside
+            .arg(format!("--net={}", netns::path(netns).display()))
+            .args(["ip", "-batch", "-"]);
+        run_stdin(&mut ip_inside, &inside)
     }
 
     fn veth_delete(&self, a: &NetAlloc) -> Result<()> {

@@ -258,7 +258,10 @@ pub fn host_traces(data: &Path, id: &str) -> Vec<String> {
     if runc.lines().any(|l| l.trim() == id) {
         found.push(format!("runc container {id}"));
     }
-    if Path::new("/run/netns").join(format!("sf-{id}")).exists() {
+    if Path::new("/run/sandfork/netns")
+        .join(format!("sf-{id}"))
+        .exists()
+    {
         found.push(format!("netns sf-{id}"));
     }
     for h in std::fs::read_dir("/sys/fs/cgroup")

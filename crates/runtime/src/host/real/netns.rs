@@ -1,5 +1,6 @@
 //! Network namespaces made in-process, the way `ip netns add` makes them (a bind mount of
-//! the namespace at /run/netns/NAME), without spawning a process per sandbox.
+//! the namespace on a file), without spawning a process per sandbox — but pinned in
+//! sandfork's own [`crate::net::NETNS_DIR`], not /run/netns.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -10,10 +11,13 @@ use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 
 use crate::error::{Error, IoContext, Result};
 
-const NETNS_DIR: &str = "/run/netns";
+use crate::net::NETNS_DIR;
+
+/// Where sandfork versions before 0.2 pinned namespaces; still removed from there.
+const LEGACY_DIR: &str = "/run/netns";
 
 pub fn path(name: &str) -> PathBuf {
-    Path::new(NETNS_DIR).join(name)
+    crate::net::netns_path(name)
 }
 
 fn sys(what: &str) -> impl FnOnce(nix::Error) -> Error + '_ {
@@ -93,17 +97,22 @@ fn loopback_up() -> Result<()> {
     Ok(())
 }
 
-/// Removes namespace `name`; succeeds if it does not exist.
+/// Removes namespace `name` (from the legacy directory too); succeeds if it does not
+/// exist.
 pub fn delete(name: &str) -> Result<()> {
-    let target = path(name);
+    delete_at(&Path::new(LEGACY_DIR).join(name))?;
+    delete_at(&path(name))
+}
+
+fn delete_at(target: &Path) -> Result<()> {
     if !target.exists() {
         return Ok(());
     }
-    match umount2(&target, MntFlags::MNT_DETACH) {
+    match umount2(target, MntFlags::MNT_DETACH) {
         Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
         Err(e) => return Err(sys("umount netns")(e)),
     }
-    match std::fs::remove_file(&target) {
+    match std::fs::remove_file(target) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(target, e)),
         _ => Ok(()),
     }
