@@ -154,13 +154,17 @@ fn fnv(s: &str) -> u32 {
 }
 
 /// The table with its base chains; applied once, when the table does not exist yet.
-pub fn base_table_script() -> String {
+/// `host_forwards`: whether the host forwarded packets before sandfork turned forwarding
+/// on for its sandboxes. If it did not, the forward chain drops whatever is not a
+/// sandbox's traffic, so that the host does not become a router for anything else.
+pub fn base_table_script(host_forwards: bool) -> String {
+    let others = if host_forwards { "accept" } else { "drop" };
     format!(
         r#"table inet {NFT_TABLE} {{
     set masq {{ type ipv4_addr; }}
     map egress {{ type ifname : verdict; }}
     chain forward {{
-        type filter hook forward priority -1; policy accept;
+        type filter hook forward priority -1; policy {others};
         oifname "sfh*" ct state established,related accept
         oifname "sfh*" drop
         iifname "sfh*" iifname vmap @egress
@@ -482,6 +486,16 @@ mod tests {
             "{replaced}"
         );
         assert!(!replaced.contains("add element"));
+    }
+
+    #[test]
+    fn the_host_becomes_no_router_for_anything_but_sandboxes() {
+        let forward_of = |s: String| {
+            let at = s.find("chain forward").unwrap();
+            s[at..at + s[at..].find('}').unwrap()].to_string()
+        };
+        assert!(forward_of(base_table_script(false)).contains("policy drop;"));
+        assert!(forward_of(base_table_script(true)).contains("policy accept;"));
     }
 
     #[test]

@@ -166,7 +166,9 @@ impl Host for RealHost {
     }
 
     fn nft_prepare(&self) -> Result<()> {
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").at("/proc/sys/net/ipv4/ip_forward")?;
+        let forward = Path::new("/proc/sys/net/ipv4/ip_forward");
+        let host_forwards = std::fs::read_to_string(forward).at(forward)?.trim() == "1";
+        std::fs::write(forward, "1").at(forward)?;
         if self.nft_ready.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -177,7 +179,9 @@ impl Host for RealHost {
             .map_err(|(_, e)| Error::io(&lock_path, e.into()))?;
         let table = ["list", "table", "inet", net::NFT_TABLE];
         if run(Command::new("nft").args(table)).is_err() {
-            let script = net::base_table_script();
+            // Made once per boot (the table goes with a reboot, as does forwarding), so
+            // `host_forwards` is what the host had before sandfork.
+            let script = net::base_table_script(host_forwards);
             run_stdin(Command::new("nft").args(["-f", "-"]), &script)?;
         }
         self.nft_ready.store(true, Ordering::Release);
