@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end benchmarks, printed as JSON lines (suite "end-to-end").
 
-- the fork pattern (setup once, memory checkpoint, N forks) vs the naive pattern (N fresh
-  sandboxes, each doing the setup), for N = 8 and 32, with a setup heavy enough to dominate;
+- the main job (scripts/demo.py): the fork pattern (setup once, memory checkpoint, N forks)
+  vs the naive pattern (N fresh sandboxes, each doing the whole setup), for N = 8 (and 32
+  without --quick);
 - a SQLite workload (100k inserts in batches, then queries) inside a sandbox vs on the host.
 
 Needs the daemon up and the python image built (bench/run does both).
@@ -14,7 +15,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import demo  # noqa: E402  (the main job's fork and naive patterns)
@@ -65,7 +65,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--image", default="python")
     ap.add_argument("--quick", action="store_true", help="8 workers only, fewer runs")
-    ap.add_argument("--rounds", type=int, default=3, help="extra setup rounds (setup weight)")
     ap.add_argument("--sqlite-only", action="store_true", help="only the SQLite figure")
     args = ap.parse_args()
     # Progress of the patterns goes to stderr; stdout carries only the JSON lines.
@@ -75,14 +74,14 @@ def main():
         # the naive pattern's 32 sandboxes, which slows the sandbox side more than the host.
         sqlite_row = sqlite(args.image, 3 if args.quick else 5)
         rows = []
+        wheels = None if args.sqlite_only else demo.wheel_cache()[0]
         for n in ([] if args.sqlite_only else [8] if args.quick else [8, 32]):
-            t = time.monotonic()
-            demo.fork_pattern(args.image, n, args.rounds)
-            fork = time.monotonic() - t
-            t = time.monotonic()
-            demo.naive_pattern(args.image, n, args.rounds)
-            naive = time.monotonic() - t
-            rows.append((n, fork, naive))
+            steps = demo.Steps()
+            forked = demo.fork_pattern(steps, args.image, wheels, n)
+            naive = demo.naive_pattern(steps, args.image, wheels, n)
+            if forked != naive:
+                raise RuntimeError(f"fork and naive answers differ at {n} workers")
+            rows.append((n, steps.total("compare"), steps.total("naive")))
         sys.stdout = real_stdout
         for n, fork, naive in rows:
             emit(f"fork pattern, {n} workers (speed-up vs naive)", fork, "s", naive,

@@ -9,7 +9,6 @@ replaced (or appended), so each suite can be re-run on its own.
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 

@@ -58,7 +58,7 @@ def cycle(name, pid, i, pause):
     proc = sb.get_process(pid)
     history = ticks(proc)
     if not proc.is_running():
-        raise AssertionError(f"process {pid} did not survive: {proc.status()}")
+        raise AssertionError(f"process {pid} did not survive: {proc.status}")
     check_continuous(history)
     if history[-1][0] <= before[0]:
         raise AssertionError(f"the counter did not move on after resume ({history[-1][0]} <= {before[0]})")

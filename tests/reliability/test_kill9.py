@@ -104,7 +104,7 @@ class KillLoop:
     # --- sandboxes holding a file and an in-memory value ---------------------------
 
     def holder(self, name: str) -> Sandbox:
-        sb = Sandbox.create(client=self.c, name=name, memory_mb=MEMORY_MB)
+        sb = Sandbox.create(client=self.c, name=name, memory_mb=MEMORY_MB, allow_internet_access=False)
         sb.start_process("sh", ["-c", HOLDER])
         self.mark(sb)
         return sb
@@ -140,7 +140,7 @@ class KillLoop:
             kind = op.split()[1]
             mark, value = self.mark(self.src)
             exp = Expect(kind, mark, value if kind == "memory" else None, self.src.id)
-            return Pending(op, lambda: self.src.checkpoint(kind).id, {"expect": exp})
+            return Pending(op, lambda: self.src.checkpoint(checkpoint_type=kind).id, {"expect": exp})
         if op == "fork" and self.rng.random() < 0.5:
             sid = self.memory_snapshot()
             return Pending(op, lambda: self.forked(Snapshot.fork(sid, 2, labels={"k9": tag}, client=self.c), sid), {})
@@ -149,7 +149,7 @@ class KillLoop:
             exp = Expect("memory", mark, value, self.src.id)
             return Pending(op, lambda: self.forked(self.src.fork(2, labels={"k9": tag})), {"expect": exp})
         if op == "terminate":
-            sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag})
+            sb = Sandbox.create(client=self.c, memory_mb=MEMORY_MB, labels={"k9": tag}, allow_internet_access=False)
             return Pending(op, sb.terminate, {"sandbox": sb.id})
         if op == "suspend":
             self.ensure_sus("running")
@@ -181,7 +181,7 @@ class KillLoop:
     def take(self, kind: str) -> str:
         """An un-killed checkpoint of the source; recorded as complete."""
         mark, value = self.mark(self.src)
-        sid = self.src.checkpoint(kind).id
+        sid = self.src.checkpoint(checkpoint_type=kind).id
         self.expect[sid] = Expect(kind, mark, value if kind == "memory" else None, self.src.id)
         self.complete.add(sid)
         return sid
@@ -337,7 +337,7 @@ class KillLoop:
         if ok and name not in images:
             problems.append(f"image {name} was reported built but is not listed")
         if name in images:
-            with Sandbox.create(client=self.c, image=name, memory_mb=MEMORY_MB) as sb:
+            with Sandbox.create(client=self.c, image=name, memory_mb=MEMORY_MB, allow_internet_access=False) as sb:
                 r = sb.run("sh", ["-c", "echo built"])
                 if r.stdout.strip() != "built":
                     problems.append(f"a sandbox of image {name} answered {r.stdout!r}")
@@ -532,7 +532,7 @@ class Burst:
         if rng.random() < 0.5:
             with self.lock:
                 self.pending[sb.id] = mark
-            snap = sb.checkpoint(rng.choice(["filesystem", "memory"]))
+            snap = sb.checkpoint(checkpoint_type=rng.choice(["filesystem", "memory"]))
             with self.lock:
                 self.expect[snap.id] = mark
         sb.terminate()

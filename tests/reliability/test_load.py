@@ -128,7 +128,7 @@ def check(sb: Sandbox, tally: Tally) -> None:
     try:
         r = sb.run("sh", ["-c", f"echo {token}; echo {token}-{sb.id} > /root/t; cat /root/t"], timeout=60)
         want = f"{token}\n{token}-{sb.id}\n"
-        if r.exit_code != 0 or r.stdout != want:
+        if r.exit_code != 0 or r.stdout_bytes.decode() != want:
             tally.error(f"{sb.id}: exec answered {r.exit_code} {r.stdout!r} {r.stderr!r}, expected {want!r}")
             return
         blob = secrets.token_bytes(4096) + sb.id.encode()

@@ -93,9 +93,9 @@ def neighbour_fine(nb: Sandbox, marker: str, bg_pid: int) -> List[str]:
     """Problems of the neighbour sandbox: exec, its file, its background process."""
     problems = []
     r = nb.run("sh", ["-c", "echo alive; cat /root/marker"])
-    if r.exit_code != 0 or r.stdout != f"alive\n{marker}\n":
+    if r.exit_code != 0 or r.stdout != f"alive\n{marker}":
         problems.append(f"neighbour exec gave {r.exit_code} {r.stdout!r} {r.stderr!r}")
-    if state_of(nb.get_process(bg_pid).status()) != "running":
+    if state_of(nb.get_process(bg_pid).status) != "running":
         problems.append("neighbour background process is not running")
     if state_of(nb.status) != "running":
         problems.append(f"neighbour is {nb.status}")
@@ -103,7 +103,7 @@ def neighbour_fine(nb: Sandbox, marker: str, bg_pid: int) -> List[str]:
 
 
 def make_neighbour(d) -> tuple:
-    nb = Sandbox.create(client=client_of(d))
+    nb = Sandbox.create(client=client_of(d), allow_internet_access=False)
     marker = f"neighbour-{os.getpid()}-{time.time_ns()}"
     nb.write_file("/root/marker", marker + "\n")
     bg = nb.start_process("sleep", ["3600"])
@@ -113,14 +113,14 @@ def make_neighbour(d) -> tuple:
 @pytest.mark.fault(FAULT)
 def test_user_processes_killed_leave_the_sandbox_usable(daemon, faults) -> None:
     """All of a sandbox's user processes killed (from inside, then from the host): the agent, PID 1, survives and the sandbox stays usable."""
-    sb = Sandbox.create(client=client_of(daemon))
+    sb = Sandbox.create(client=client_of(daemon), allow_internet_access=False)
     sb.write_file("/root/data", "kept\n")
     victims = [sb.start_process("sleep", ["3600"]).pid for _ in range(3)]
     r = sb.run("sh", ["-c", "kill -9 -1; echo survived-own-kill"])
     for pid in victims:
         sb.get_process(pid).wait(timeout=10)
     r2 = sb.run("cat", ["/root/data"])
-    ok = r.stdout == "survived-own-kill\n" and r2.stdout == "kept\n" and info(daemon, sb.id)["state"] == "running"
+    ok = r.stdout == "survived-own-kill" and r2.stdout == "kept" and info(daemon, sb.id)["state"] == "running"
     ok = ok and all(sb.get_process(p).info().signal == 9 for p in victims)
     faults.injected("kill -9 -1 inside the sandbox", ok, f"run: {r.stdout!r} {r.stderr!r}; after: {r2.stdout!r}")
 
@@ -134,7 +134,7 @@ def test_user_processes_killed_leave_the_sandbox_usable(daemon, faults) -> None:
     time.sleep(2.5)  # more than one liveness period: the daemon must not call it failed
     doc = info(daemon, sb.id)
     r3 = sb.run("sh", ["-c", "cat /root/data; echo ok > /root/new; cat /root/new"])
-    ok = doc["state"] == "running" and r3.stdout == "kept\nok\n" and init_pid(daemon, sb.id) == agent
+    ok = doc["state"] == "running" and r3.stdout == "kept\nok" and init_pid(daemon, sb.id) == agent
     faults.injected("host-side SIGKILL of every non-agent process", ok, f"killed {len(killed)}; state {doc['state']}; exec {r3.stdout!r}")
     sb.terminate()
     left, _ = wait_clean(daemon, sb.id, live=[])
@@ -143,7 +143,7 @@ def test_user_processes_killed_leave_the_sandbox_usable(daemon, faults) -> None:
 
 def kill_part_and_check(d, faults, what: str, find_pid, reason_word: str, io_load: bool = False) -> None:
     nb, marker, bg = make_neighbour(d)
-    sb = Sandbox.create(client=client_of(d))
+    sb = Sandbox.create(client=client_of(d), allow_internet_access=False)
     sb.write_file("/root/data", "x" * 4096)
     if io_load:
         # Processes busy on the disk when its server dies (they may block in D state).
@@ -188,7 +188,7 @@ def test_parts_killed_while_the_daemon_is_down(faults) -> None:
     d = new_daemon()
     try:
         c = client_of(d)
-        a, b, nb = (Sandbox.create(client=c) for _ in range(3))
+        a, b, nb = (Sandbox.create(client=c, allow_internet_access=False) for _ in range(3))
         nb.write_file("/root/marker", "still here\n")
         pids = {a.id: init_pid(d, a.id), b.id: disk_server_pid(d, b.id)}
         d.process.send_signal(signal.SIGTERM)
@@ -206,7 +206,7 @@ def test_parts_killed_while_the_daemon_is_down(faults) -> None:
             faults.injected(f"{word} killed while the daemon was down: cleaned up", not left, f"after {took:.1f}s: {left}")
         nb = Sandbox.connect(nb.id, client=client_of(d))
         r = nb.run("cat", ["/root/marker"])
-        faults.injected("neighbour re-adopted after the restart", r.stdout == "still here\n", r.stdout + r.stderr)
+        faults.injected("neighbour re-adopted after the restart", r.stdout == "still here", r.stdout + r.stderr)
         nb.terminate()
     finally:
         finish(d)
@@ -216,7 +216,7 @@ def test_parts_killed_while_the_daemon_is_down(faults) -> None:
 def test_no_false_alarm_on_deliberate_pauses(daemon, faults) -> None:
     """Checkpoints (runc pause + CRIU), suspend/resume and restores are never taken for a death by the liveness watch."""
     c = client_of(daemon)
-    sb = Sandbox.create(client=c, name=f"watched-{os.getpid()}")
+    sb = Sandbox.create(client=c, name=f"watched-{os.getpid()}", allow_internet_access=False)
     sb.start_process("sleep", ["3600"])
     snaps = [sb.checkpoint(checkpoint_type="memory"), sb.checkpoint()]
     sb.suspend()
@@ -227,7 +227,7 @@ def test_no_false_alarm_on_deliberate_pauses(daemon, faults) -> None:
     time.sleep(2.5)
     states = {s: info(daemon, s)["state"] for s in (sb.id, restored.id)}
     runs = [x.run("echo", ["ok"]).stdout for x in (sb, restored)]
-    ok = suspended == "suspended" and set(states.values()) == {"running"} and runs == ["ok\n", "ok\n"]
+    ok = suspended == "suspended" and set(states.values()) == {"running"} and runs == ["ok", "ok"]
     faults.injected("2 checkpoints, suspend, resume and a restore: no false alarm", ok, f"suspended: {suspended}, then {states}, runs {runs}")
     for s in (sb, restored):
         s.terminate()
@@ -240,7 +240,7 @@ def test_agent_killed_under_an_exec_and_a_checkpoint(daemon, faults) -> None:
     """The agent killed while a command streams and while a checkpoint is under way: the command ends with an error at once, the checkpoint fails cleanly, the sandbox is failed with the reason and removed."""
     c = client_of(daemon)
     for during in ("exec", "checkpoint"):
-        sb = Sandbox.create(client=c)
+        sb = Sandbox.create(client=c, allow_internet_access=False)
         outcome: dict = {}
 
         def work() -> None:

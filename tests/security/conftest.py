@@ -170,7 +170,7 @@ def sandbox(daemon: Daemon) -> Iterator["object"]:
     """A fresh attacker sandbox (busybox, root inside), terminated after the test."""
     from sandfork import Sandbox
 
-    with Sandbox.create(memory_mb=128) as sb:
+    with Sandbox.create(memory_mb=128, allow_internet_access=False) as sb:
         yield sb
 
 

@@ -22,7 +22,7 @@ def _call(fn, *args, **kw):
 
 def test_dotdot_and_absolute_host_paths(attempts, sandbox, host, daemon) -> None:
     """Paths with .. stay inside; the host marker path reads/writes the sandbox's own file; relative paths are 400."""
-    own = sh(sandbox, "cat /etc/passwd").stdout.encode()
+    own = sh(sandbox, "cat /etc/passwd").stdout_bytes
     for path in ("/../../../../etc/passwd", "/etc/../../etc/./passwd", "/tmp/../../../../../../etc/passwd"):
         outcome, data = _call(sandbox.read_file, path)
         attempts.refused(f"read {path}", outcome == "ok" and data == own, f"{outcome} {data!r:.80}")

@@ -32,7 +32,7 @@ def test_fork_bomb(attempts, daemon) -> None:
     """A fork bomb hits the pids limit; the sandbox, the neighbour and the daemon keep working."""
     from sandfork import Sandbox
 
-    with Sandbox.create(memory_mb=128) as sb:
+    with Sandbox.create(memory_mb=128, allow_internet_access=False) as sb:
         from test_processes_kernel import _host_limits
 
         r = sh(sb, "f() { f | f & }; f; sleep 8; echo bombed", timeout=20)
@@ -51,7 +51,7 @@ def test_memory_hog(attempts, daemon) -> None:
     from sandfork import Sandbox
 
     rss_before = _rss_kib(daemon.process.pid)
-    with Sandbox.create(memory_mb=64) as sb:
+    with Sandbox.create(memory_mb=64, allow_internet_access=False) as sb:
         r = sh(sb, "dd if=/dev/zero of=/dev/null bs=256M count=1; echo rc=$?", timeout=60)
         attempts.refused("allocate 256 MiB in a 64 MiB sandbox", "rc=0" not in r.stdout, out_of(r))
         r = sh(sb, "cat /dev/zero | head -c 300000000 | tail -c 1 > /dev/null; x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}", timeout=60)
@@ -68,7 +68,7 @@ def test_disk_fill(attempts, daemon) -> None:
     from sandfork import Sandbox
 
     disk_mb = 128
-    with Sandbox.create(memory_mb=64, disk_mb=disk_mb) as sb:
+    with Sandbox.create(memory_mb=64, disk_mb=disk_mb, allow_internet_access=False) as sb:
         free_before = shutil.disk_usage(daemon.data_dir).free
         used_before = _du_bytes(daemon.data_dir)
         r = sh(sb, "dd if=/dev/zero of=/fill bs=1M; echo rc=$?; sync; ls -l /fill; df -m /", timeout=120)
@@ -88,7 +88,7 @@ def test_tmpfs_fill(attempts, daemon, fs, cap) -> None:
     """Filling a tmpfs (/run/sandfork, /dev/shm, /dev) stops at its size and leaves the agent of a 64 MiB sandbox alive."""
     from sandfork import Sandbox, SandforkError
 
-    with Sandbox.create(memory_mb=64) as sb:
+    with Sandbox.create(memory_mb=64, allow_internet_access=False) as sb:
         try:
             r = sh(sb, f"dd if=/dev/zero of={fs}/fill bs=1M count=1000; echo rc=$?; du -m {fs}/fill", timeout=60)
             used = [int(ln.split()[0]) for ln in r.stdout.splitlines() if ln.endswith("/fill")]
@@ -107,7 +107,7 @@ def test_inode_exhaustion(attempts, daemon) -> None:
     """Creating files until the inodes run out fails inside the sandbox only."""
     from sandfork import Sandbox
 
-    with Sandbox.create(memory_mb=64, disk_mb=32) as sb:
+    with Sandbox.create(memory_mb=64, disk_mb=32, allow_internet_access=False) as sb:
         before = sh(sb, "df -i / | tail -1").stdout.split()
         r = sh(sb, "mkdir /f && cd /f && seq 1 400000 | xargs touch 2>&1 | tail -2; df -i / | tail -1", timeout=150)
         after = r.stdout.strip().splitlines()[-1].split()
@@ -212,7 +212,7 @@ def test_sysv_shm_cannot_outlive_its_processes(attempts, daemon, tmp_path) -> No
     src, exe = tmp_path / "shmfill.c", tmp_path / "shmfill"
     src.write_text(SHM_FILL_C)
     subprocess.run(["gcc", "-static", "-O1", "-o", str(exe), str(src)], check=True)
-    with Sandbox.create(memory_mb=64) as sb:
+    with Sandbox.create(memory_mb=64, allow_internet_access=False) as sb:
         sb.write_file("/root/shmfill", exe.read_bytes())
         sh(sb, "chmod +x /root/shmfill")
         # Four segments of 40 MiB would need 160 MiB if they outlived their creators.

@@ -74,7 +74,7 @@ def test_api_socket_not_reachable(attempts, sandbox, daemon) -> None:
     sockets = {ln for ln in r.stdout.splitlines() if ln.startswith("/")}
     attempts.refused("find the API socket (or any socket but its agent's)", str(daemon.socket) not in r.stdout.split("\n", 1)[-1] and sockets <= {"/run/sandfork/agent.sock"}, out_of(r))
     r = sh(sandbox, f"ls /proc/1/root{daemon.socket} /proc/*/root{daemon.socket} 2>&1; true")
-    attempts.refused("API socket via /proc/*/root", "No such file" in r.stdout and str(daemon.socket) + "\n" not in r.stdout, out_of(r))
+    attempts.refused("API socket via /proc/*/root", "No such file" in r.stdout and str(daemon.socket) + "\n" not in r.stdout_bytes.decode(), out_of(r))
 
 
 @pytest.mark.promise("daemon API and agent sockets")
@@ -94,7 +94,7 @@ def test_agent_socket_replaced(attempts, daemon, host, kind) -> None:
     bait_path = host.root / f"bait-{kind}.sock"
     bait = Listener(socket.AF_UNIX, str(bait_path))
     target = {"symlink-to-bait": f"ln -s {bait_path}", "symlink-to-api": f"ln -s {daemon.socket}", "fifo": "mkfifo", "directory": "mkdir"}[kind]
-    sb = Sandbox.create(memory_mb=64)
+    sb = Sandbox.create(memory_mb=64, allow_internet_access=False)
     try:
         r = sh(sb, f"rm -f /run/sandfork/agent.sock && {target} /run/sandfork/agent.sock; echo rc=$?")
         assert "rc=0" in r.stdout, out_of(r)
@@ -132,7 +132,7 @@ def test_host_loopback_and_addresses(attempts, tcp_listeners, daemon) -> None:
     from sandfork import Sandbox
 
     lo, anyaddr = tcp_listeners
-    with Sandbox.create(memory_mb=64, allow_internet_access=True) as net, Sandbox.create(memory_mb=64) as none:
+    with Sandbox.create(memory_mb=64, allow_internet_access=True) as net, Sandbox.create(memory_mb=64, allow_internet_access=False) as none:
         ip, gw = _addr(net)
         targets = [("127.0.0.1", lo.port), ("127.0.0.1", anyaddr.port)] + [(a, anyaddr.port) for a in _host_addresses() + [gw] if a]
         for sb, label in ((net, "internet"), (none, "none")):
@@ -153,7 +153,7 @@ def test_sandbox_to_sandbox(attempts, neighbour) -> None:
     with Sandbox.create(memory_mb=64, allow_internet_access=True) as a:
         ip_a, _ = _addr(a)
         ip_n, _ = _addr(neighbour)
-        listener = a.start_process(["sh", "-c", "nc -l -p 8080 > /tmp/got; echo done"])
+        listener = a.start_process(["sh", "-c", "nc -l -p 8080 > /tmp/got; echo done"], stdin_mode="pipe")
         time.sleep(0.5)
         r = sh(neighbour, f"echo hello | nc -w 2 {ip_a} 8080; echo rc=$?", timeout=30)
         got = sh(a, "cat /tmp/got 2>/dev/null; true").stdout

@@ -5,11 +5,11 @@
 
 import asyncio
 
-from sandfork.aio import AsyncSandbox
+from sandfork import AsyncSandbox
 
 
 async def run_one(i: int) -> str:
-    async with AsyncSandbox.create(memory_mb=128) as sb:
+    async with await AsyncSandbox.create(memory_mb=128) as sb:
         r = await sb.run("sh", ["-c", f"echo job {i}: $(( {i} * {i} ))"])
         return r.stdout.strip()
 

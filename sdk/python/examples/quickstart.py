@@ -13,13 +13,13 @@ def main() -> None:
         print(repr(r.stdout), "exit", r.exit_code)
 
         sb.write_file("/work/input.txt", "3\n1\n2\n")
-        print(sb.run("sort", ["/work/input.txt"]).stdout, end="")
+        print(sb.run("sort", ["/work/input.txt"]).stdout)  # lines joined with "\n"
 
         for event in sb.stream("sh", ["-c", "for i in 1 2 3; do echo tick $i; sleep 0.3; done"]):
             print(event.stream, event.data, end="")
 
         server = sb.start_process("sh", ["-c", "while :; do date; sleep 1; done"])
-        print("background pid", server.pid, server.status())
+        print("background pid", server.pid, server.status)
         server.kill()
         print("exited with signal", server.wait().signal)
 

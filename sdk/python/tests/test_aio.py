@@ -20,7 +20,7 @@ def test_async_create_run_stream_files(daemon) -> None:
         async with AsyncSandbox.create(memory_mb=64) as sb:
             assert await sb.status() == SandboxStatus.RUNNING
             r = await sb.run("sh", ["-c", "echo out; exit 2"])
-            assert (r.stdout, r.exit_code) == ("out\n", 2)
+            assert (r.stdout, r.exit_code) == ("out", 2)
 
             chunks: List[str] = []
             stream = sb.stream("sh", ["-c", "echo a; sleep 0.2; echo b"])
@@ -37,7 +37,7 @@ def test_async_create_run_stream_files(daemon) -> None:
                 seen.append(text)
 
             r = await sb.run("echo", ["cb"], on_stdout=on_out)
-            assert "".join(seen) == "cb\n" == r.stdout and set(threads) == {loop_thread}
+            assert "".join(seen) == "cb\n" == r.stdout + "\n" and set(threads) == {loop_thread}
 
             await sb.write_file("/tmp/a.txt", "async")
             assert await sb.read_file("/tmp/a.txt") == b"async"
@@ -53,7 +53,7 @@ def test_async_processes(daemon) -> None:
         sb = await AsyncSandbox.create(memory_mb=64)
         try:
             proc = await sb.start_process("sh", ["-c", "echo bg; sleep 600"])
-            assert await proc.status() == ProcessStatus.RUNNING
+            assert proc.status == ProcessStatus.RUNNING
             again = await (await AsyncSandbox.connect(sb.id)).get_process(proc.pid)
             async with again.output() as live:
                 first = await live.__anext__()
@@ -78,7 +78,7 @@ def test_async_fan_out(daemon) -> None:
     async def main() -> List[str]:
         return await asyncio.gather(*(one(i) for i in range(8)))
 
-    assert asyncio.run(main()) == [f"{i}\n" for i in range(8)]
+    assert asyncio.run(main()) == [f"{i}" for i in range(8)]
 
 
 def test_cancelled_create_leaves_no_sandbox(daemon) -> None:

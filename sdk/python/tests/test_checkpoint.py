@@ -43,7 +43,7 @@ def test_filesystem_checkpoint_restores_files_not_processes(daemon) -> None:
         assert restored.read_file("/data/state.txt") == b"v1"
         assert restored.list_processes() == [], "a filesystem restore boots cold"
     snap.delete()
-    with pytest.raises(sandfork.SandboxNotFoundError):
+    with pytest.raises(sandfork.NotFoundError):
         Snapshot.get(snap.id)
 
 
@@ -67,7 +67,8 @@ def test_memory_checkpoint_restores_warm(daemon) -> None:
 def test_memory_checkpoint_closes_established_tcp_connections(daemon) -> None:
     """An open TCP connection does not block a memory checkpoint; copies get it closed."""
     with Sandbox.create(memory_mb=128) as base:
-        base.start_process("sh", ["-c", "nc -l -p 7000 > /tmp/got; echo closed > /tmp/server-done"])
+        # stdin stays open (a pipe): busybox nc ends the connection when its stdin ends.
+        base.start_process("sh", ["-c", "nc -l -p 7000 > /tmp/got; echo closed > /tmp/server-done"], stdin_mode="pipe")
         time.sleep(0.3)
         base.start_process("sh", ["-c", "(echo hello; sleep 100000) | nc 127.0.0.1 7000"])
         deadline = time.monotonic() + 10
@@ -91,7 +92,7 @@ def test_memory_checkpoint_closes_established_tcp_connections(daemon) -> None:
 def test_fork_children_diverge(daemon) -> None:
     with Sandbox.create(memory_mb=64) as base:
         base.write_file("/shared.txt", "parent")
-        snap = base.checkpoint(CheckpointType.MEMORY)
+        snap = base.checkpoint(checkpoint_type=CheckpointType.MEMORY)
     try:
         with snap.fork(3, per_child=[{"env": {"CHILD": str(i)}} for i in range(3)]) as children:
             children.raise_for_errors()
@@ -104,7 +105,7 @@ def test_fork_children_diverge(daemon) -> None:
                 names = {e.name for e in child.list_dir("/")}
                 assert f"mine-{i}.txt" in names and not (names & {f"mine-{j}.txt" for j in range(3) if j != i})
                 assert child.read_file("/shared.txt") == b"parent"
-                assert child.run("sh", ["-c", "echo $CHILD"]).stdout == f"{i}\n"
+                assert child.run("sh", ["-c", "echo $CHILD"]).stdout == f"{i}"
                 info = child.info()
                 assert info.fork is not None and info.fork["index"] == i and info.fork["parent_snapshot_id"] == snap.id
             identities = [c.run("sh", ["-c", "echo $SANDFORK_FORK_INDEX $SANDFORK_FORK_SEED"]).stdout.split() for c in children]
@@ -144,12 +145,10 @@ def test_deleting_a_snapshot_keeps_restored_sandboxes(daemon) -> None:
 
 
 def test_bad_snapshot_ids(daemon) -> None:
-    with pytest.raises(sandfork.SandboxNotFoundError):
-        Snapshot.get("snap-does-not-exist")
-    with pytest.raises(sandfork.SandboxNotFoundError):
-        Sandbox.create(snapshot_id="snap-does-not-exist")
-    with pytest.raises(sandfork.SandboxNotFoundError):
-        Snapshot.fork("snap-does-not-exist", 2)
+    for call in (lambda: Snapshot.get("snap-does-not-exist"), lambda: Sandbox.create(snapshot_id="snap-does-not-exist"), lambda: Snapshot.fork("snap-does-not-exist", 2)):
+        with pytest.raises(sandfork.NotFoundError) as info:
+            call()
+        assert info.value.status_code == 404 and "snap-does-not-exist" in info.value.message
 
 
 def test_export_import_round_trip(daemon, tmp_path: Path) -> None:
@@ -174,7 +173,7 @@ def test_export_import_round_trip(daemon, tmp_path: Path) -> None:
     finally:
         try:
             snap.delete()
-        except sandfork.SandboxNotFoundError:
+        except sandfork.NotFoundError:
             pass
 
 

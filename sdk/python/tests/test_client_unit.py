@@ -217,7 +217,7 @@ def test_query_parameters_are_encoded(served: Tuple[Client, Recorder]) -> None:
     [
         (400, errors.InvalidArgumentError),
         (401, errors.AuthError),
-        (404, errors.SandboxNotFoundError),
+        (404, errors.NotFoundError),
         (408, errors.SandforkTimeoutError),
         (409, errors.ConflictError),
         (413, errors.TooLargeError),
@@ -281,7 +281,7 @@ def test_exec_stream_reassembles_output_split_inside_a_character(served: Tuple[C
     assert b"".join(e.raw for e in events if e.stream == "stdout") == "price: €\n".encode()
     result = stream.result
     assert result is not None
-    assert (result.stdout, result.stderr, result.exit_code, result.signal, result.timed_out) == ("price: €\n", "warn\n", -9, 9, True)
+    assert (result.stdout, result.stderr, result.exit_code, result.signal, result.timed_out) == ("price: €", "warn", -9, 9, True)
 
 
 def test_stream_error_record_raises_typed_error(served: Tuple[Client, Recorder]) -> None:
@@ -289,7 +289,7 @@ def test_stream_error_record_raises_typed_error(served: Tuple[Client, Recorder])
     rec.chunks = _ndjson({"type": "stdout", "data": "x"}, {"type": "error", "code": "not_found", "message": "Sandbox sb-1 is gone"})
     stream = OutputStream(client.open("GET", "/x", unbounded=True))
     assert next(stream).data == "x"
-    with pytest.raises(errors.SandboxNotFoundError, match="sb-1 is gone"):
+    with pytest.raises(errors.NotFoundError, match="sb-1 is gone"):
         next(stream)
 
 
@@ -375,7 +375,8 @@ def test_fork_result_decodes_children_and_errors(served: Tuple[Client, Recorder]
     method, path, _, body = rec.requests[-1]
     assert (method, path) == ("POST", "/v1/snapshots/snap-1/fork")
     assert json.loads(body) == {"count": 2, "env": {"A": "1"}, "per_child": [{"env": {"I": "0"}}, {"env": {"I": "1"}}]}
-    assert [sb.id for sb in result] == ["sb-c0"] == [sb.id for sb in result.sandboxes]
+    assert [sb.id for sb in result] == ["sb-c0"] == [c.sandbox_id for c in result.sandboxes if c.status == "running"]
+    assert [(c.index, c.status, c.reason) for c in result.sandboxes] == [(0, "running", None), (1, "failed", "Too many sandboxes")]
     assert [c.index for c in result.children] == [0, 1] and not result.ok
     failed = result.errors[0]
     assert failed.index == 1 and isinstance(failed.error, sandfork.CapacityError) and failed.error.message == "Too many sandboxes"
@@ -385,7 +386,8 @@ def test_fork_result_decodes_children_and_errors(served: Tuple[Client, Recorder]
 
     sb = sandfork.Sandbox("sb-src", client=client)
     copies = sb.copy(times=3)
-    assert rec.requests[-1][1] == "/v1/sandboxes/sb-src/fork" and json.loads(rec.requests[-1][3]) == {"count": 3}
+    assert rec.requests[-2][1] == "/v1/sandboxes/sb-src/fork" and json.loads(rec.requests[-2][3]) == {"count": 3}
+    assert rec.requests[-1][:2] == ("DELETE", "/v1/snapshots/snap-1"), "copy() leaves no snapshot behind"
     assert copies.snapshot_id == "snap-1" and copies.source_sandbox_id == "sb-src"
     with pytest.raises(sandfork.InvalidArgumentError):
         sb.fork(0)

@@ -20,13 +20,13 @@ def test_write_read_round_trip(sandbox: Sandbox) -> None:
     data = os.urandom(100_000)
     sandbox.write_file("/tmp/sdk/blob.bin", data)
     assert sandbox.read_file("/tmp/sdk/blob.bin") == data
-    assert sandbox.run("cat", ["/tmp/sdk/hello.txt"]).stdout == "héllo\n"
+    assert sandbox.run("cat", ["/tmp/sdk/hello.txt"]).stdout == "héllo"
 
 
 def test_write_file_mode(sandbox: Sandbox) -> None:
     sandbox.write_file("/tmp/sdk/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
     assert sandbox.stat("/tmp/sdk/run.sh").mode & 0o777 == 0o755
-    assert sandbox.run("/tmp/sdk/run.sh").stdout == "ran\n"
+    assert sandbox.run("/tmp/sdk/run.sh").stdout == "ran"
 
 
 def test_list_stat_mkdir_remove(sandbox: Sandbox) -> None:
@@ -50,9 +50,9 @@ def test_list_stat_mkdir_remove(sandbox: Sandbox) -> None:
 
 
 def test_missing_file_is_not_found(sandbox: Sandbox) -> None:
-    with pytest.raises(sandfork.SandboxNotFoundError):
+    with pytest.raises(sandfork.NotFoundError):
         sandbox.read_file("/nonexistent/file")
-    with pytest.raises(sandfork.SandboxNotFoundError):
+    with pytest.raises(sandfork.NotFoundError):
         sandbox.stat("/nonexistent/file")
 
 
@@ -86,6 +86,6 @@ def test_upload_download_20_mb(sandbox: Sandbox, tmp_path: Path) -> None:
 
 
 def test_failed_download_leaves_no_file(sandbox: Sandbox, tmp_path: Path) -> None:
-    with pytest.raises(sandfork.SandboxNotFoundError):
+    with pytest.raises(sandfork.NotFoundError):
         sandbox.download_file("/nonexistent", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []

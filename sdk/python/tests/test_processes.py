@@ -15,7 +15,7 @@ pytestmark = pytest.mark.daemon
 
 def test_start_reconnect_and_read_buffered_output(sandbox: Sandbox) -> None:
     proc = sandbox.start_process("sh", ["-c", "echo started; echo on-err >&2; sleep 600"])
-    assert proc.pid is not None and proc.status() == ProcessStatus.RUNNING
+    assert proc.pid is not None and proc.status == ProcessStatus.RUNNING
     assert proc.command == "sh"
     time.sleep(0.5)
 
@@ -27,9 +27,10 @@ def test_start_reconnect_and_read_buffered_output(sandbox: Sandbox) -> None:
     assert "".join(e.data for e in events if e.stream == "stderr") == "on-err\n"
     assert proc.pid in [p.pid for p in sandbox.list_processes()]
 
-    again.signal("TERM")
+    again.send_signal("TERM")
     info = proc.wait(timeout=10)
-    assert info.status == ProcessStatus.EXITED and info.signal == signal.SIGTERM
+    assert info.status == ProcessStatus.SIGNALED and info.signal == signal.SIGTERM
+    assert proc.status == ProcessStatus.SIGNALED, "wait() updates the handle's fields"
 
 
 def test_follow_output_until_exit(sandbox: Sandbox) -> None:
@@ -50,7 +51,7 @@ def test_output_from_offset(sandbox: Sandbox) -> None:
 
 
 def test_stdin_write_and_close(sandbox: Sandbox) -> None:
-    proc = sandbox.start_process("sh", ["-c", "read a; echo got:$a; cat"])
+    proc = sandbox.start_process("sh", ["-c", "read a; echo got:$a; cat"], stdin_mode="pipe")
     proc.write_stdin("first\n")
     proc.write_stdin(b"rest of it")
     proc.close_stdin()
@@ -71,8 +72,8 @@ def test_kill_and_wait_timeout(sandbox: Sandbox) -> None:
 def test_signal_by_number_and_enum(sandbox: Sandbox) -> None:
     for sig in (signal.SIGINT, 15, "SIGTERM"):
         proc = sandbox.start_process("sleep", ["600"])
-        proc.signal(sig)
-        assert proc.wait(timeout=10).status == ProcessStatus.EXITED
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10).status == ProcessStatus.SIGNALED
 
 
 def test_tensorlake_style_helpers(sandbox: Sandbox) -> None:
@@ -81,9 +82,11 @@ def test_tensorlake_style_helpers(sandbox: Sandbox) -> None:
     assert proc.wait(timeout=10).signal == 15
     proc = sandbox.start_process("sleep", ["600"])
     sandbox.kill_process(proc.pid)
-    assert proc.wait(timeout=10).signal == 9
+    assert proc.wait(timeout=10).signal in (signal.SIGTERM, signal.SIGKILL)
 
 
 def test_unknown_process_is_not_found(sandbox: Sandbox) -> None:
-    with pytest.raises(sandfork.SandboxNotFoundError):
+    with pytest.raises(sandfork.RemoteAPIError) as info:
         sandbox.get_process(987654)
+    assert info.value.status_code == 404 and "987654" in info.value.message
+    assert not isinstance(info.value, sandfork.SandboxNotFoundError), "the sandbox exists"

@@ -21,7 +21,7 @@ def test_create_run_terminate(daemon) -> None:
         info = sb.info()
         assert (info.image, info.memory_mb, info.labels) == ("busybox", 128, {"suite": "sdk"})
         r = sb.run("sh", ["-c", "echo hello; echo oops >&2; exit 3"])
-        assert (r.stdout, r.stderr, r.exit_code, r.signal, r.timed_out) == ("hello\n", "oops\n", 3, None, False)
+        assert (r.stdout, r.stderr, r.exit_code, r.signal, r.timed_out) == ("hello", "oops", 3, None, False)
         assert not r.ok and r.duration_ms >= 0
     finally:
         sb.terminate()
@@ -30,12 +30,12 @@ def test_create_run_terminate(daemon) -> None:
 
 
 def test_run_accepts_a_list_command(sandbox: Sandbox) -> None:
-    assert sandbox.run(["echo", "a", "b"]).stdout == "a b\n"
+    assert sandbox.run(["echo", "a", "b"]).stdout == "a b"
 
 
 def test_env_working_dir_and_stdin(sandbox: Sandbox) -> None:
     r = sandbox.run("sh", ["-c", 'echo "$GREETING"; pwd; cat'], env={"GREETING": "hi there"}, working_dir="/tmp", stdin="from stdin\n")
-    assert r.stdout == "hi there\n/tmp\nfrom stdin\n"
+    assert r.stdout == "hi there\n/tmp\nfrom stdin"
     binary = bytes(range(256))
     r = sandbox.run("cat", stdin=binary)
     assert r.stdout_bytes == binary and r.exit_code == 0
@@ -43,7 +43,7 @@ def test_env_working_dir_and_stdin(sandbox: Sandbox) -> None:
 
 def test_sandbox_env_applies_to_every_command(daemon) -> None:
     with Sandbox.create(memory_mb=64, env={"FROM_CREATE": "yes"}, secrets={"TOKEN": "t0k"}) as sb:
-        assert sb.run("sh", ["-c", "echo $FROM_CREATE $TOKEN"]).stdout == "yes t0k\n"
+        assert sb.run("sh", ["-c", "echo $FROM_CREATE $TOKEN"]).stdout == "yes t0k"
         assert "t0k" not in repr(sb.info().raw)
 
 
@@ -63,8 +63,9 @@ def test_streaming_callbacks(sandbox: Sandbox) -> None:
     out: List[str] = []
     err: List[str] = []
     r = sandbox.run("sh", ["-c", "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.1; done; exit 4"], on_stdout=out.append, on_stderr=err.append)
-    assert "".join(out) == "out1\nout2\nout3\n" == r.stdout
-    assert "".join(err) == "err1\nerr2\nerr3\n" == r.stderr
+    assert "".join(out) == "out1\nout2\nout3\n" == r.stdout + "\n"
+    assert "".join(err) == "err1\nerr2\nerr3\n" == r.stderr + "\n"
+    assert r.stdout_bytes == b"out1\nout2\nout3\n"
     assert r.exit_code == 4
 
 
@@ -77,7 +78,7 @@ def test_streaming_iterator_delivers_output_before_exit(sandbox: Sandbox) -> Non
     rest = list(stream)
     assert "".join(e.data for e in rest) == "second\n"
     assert stream.result is not None and stream.result.exit_code == 0
-    assert stream.result.stdout == "first\nsecond\n"
+    assert stream.result.stdout == "first\nsecond" and stream.result.stdout_bytes == b"first\nsecond\n"
 
 
 def test_large_output(sandbox: Sandbox) -> None:
@@ -139,4 +140,4 @@ def test_explicit_client(daemon) -> None:
     client = Client(url=daemon.url)
     with Sandbox.create(memory_mb=64, client=client) as sb:
         assert sb.client is client
-        assert sb.run("echo", ["x"]).stdout == "x\n"
+        assert sb.run("echo", ["x"]).stdout == "x"

@@ -8,8 +8,10 @@ import stat as _stat
 from typing import IO, Iterator, Optional, Union
 
 from . import errors
+from ._args import check_bytes, check_str
+from ._trace import Traced, TracedBytes
 from ._transport import Client, seg
-from .models import DirectoryEntry, DirectoryListing
+from .models import DirectoryEntry, ListDirectoryResponse
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -34,45 +36,56 @@ class FilesMixin:
     def _files_route(self, suffix: str = "") -> str:
         return f"/v1/sandboxes/{seg(self.id)}/files{suffix}"
 
-    def write_file(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> None:
-        """Writes ``data`` (bytes, or text as UTF-8) to ``path``, creating parent directories.
+    def write_file(self, path: str, content: Union[bytes, str], *, mode: Optional[int] = None) -> Traced[None]:
+        """Writes ``content`` (bytes, or text as UTF-8) to ``path``, creating parent directories.
 
         Args:
             path: Absolute path inside the sandbox.
-            data: The new content; the file is replaced.
+            content: The new content; the file is replaced.
             mode: Permission bits (e.g. ``0o755``); the daemon's default when omitted.
         """
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        check_str("path", path, none_ok=False)
+        body = check_bytes("content", content)
         self._put(path, body, mode, len(body))
+        return Traced(None, None)
 
-    def read_file(self, path: str) -> bytes:
-        """Returns the whole content of ``path``. Use :meth:`download_file` for big files."""
-        return self.client.open("GET", self._files_route(), query={"path": path}, unbounded=True).read_all()
+    def read_file(self, path: str) -> TracedBytes:
+        """Returns the whole content of ``path`` as ``bytes`` (with ``.value`` and
+        ``.trace_id``). Use :meth:`download_file` for big files."""
+        check_str("path", path, none_ok=False)
+        return TracedBytes(self.client.open("GET", self._files_route(), query={"path": path}, unbounded=True).read_all())
 
     def iter_file(self, path: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
         """Yields the content of ``path`` in chunks of at most ``chunk_size`` bytes."""
+        check_str("path", path, none_ok=False)
         response = self.client.open("GET", self._files_route(), query={"path": path}, unbounded=True)
         return response.iter_chunks(chunk_size)
 
-    def list_dir(self, path: str = "/") -> DirectoryListing:
-        """Lists a directory: a list of :class:`DirectoryEntry` that also has ``.path`` and ``.entries``."""
+    def list_directory(self, path: str = "/") -> ListDirectoryResponse:
+        """Lists a directory: ``.path`` and ``.entries`` (each a :class:`DirectoryEntry`
+        with ``name``, ``is_dir``, ``size``, ``modified_at`` ...); the response is also
+        a list of the entries."""
+        check_str("path", path, none_ok=False)
         doc = self.client.request_json("GET", self._files_route("/list"), query={"path": path})
         entries = [DirectoryEntry.from_json(e) for e in (doc or {}).get("entries", [])]
-        return DirectoryListing(path, entries)
+        return ListDirectoryResponse(path, entries)
 
-    def list_directory(self, path: str = "/") -> DirectoryListing:
-        """Alias of :meth:`list_dir`."""
-        return self.list_dir(path)
+    def list_dir(self, path: str = "/") -> ListDirectoryResponse:
+        """Alias of :meth:`list_directory`."""
+        return self.list_directory(path)
 
     def stat(self, path: str) -> DirectoryEntry:
         """Returns the type, size, mode and modification time of ``path``."""
+        check_str("path", path, none_ok=False)
         return DirectoryEntry.from_json(self.client.request_json("GET", self._files_route("/stat"), query={"path": path}))
 
     def exists(self, path: str) -> bool:
         """True when ``path`` exists inside the sandbox."""
         try:
             self.stat(path)
-        except errors.SandboxNotFoundError:
+        except errors.NotFoundError as e:
+            if isinstance(e, errors.SandboxNotFoundError):
+                raise
             return False
         return True
 
@@ -80,24 +93,28 @@ class FilesMixin:
         """Deletes a file, an empty directory, or (``recursive=True``) a whole tree."""
         self.client.request("DELETE", self._files_route(), query={"path": path, "recursive": recursive})
 
-    def delete_file(self, path: str) -> None:
-        """Deletes a file (Tensorlake's name for :meth:`remove`)."""
+    def delete_file(self, path: str) -> Traced[None]:
+        """Deletes a file (or an empty directory)."""
+        check_str("path", path, none_ok=False)
         self.remove(path)
+        return Traced(None, None)
 
     def mkdir(self, path: str, parents: bool = True) -> None:
         """Creates a directory (and, by default, its missing parents)."""
         self.client.request("POST", self._files_route("/mkdir"), json_body={"path": path, "parents": parents})
 
-    def upload_file(self, local_path: PathLike, remote_path: str, mode: Optional[int] = None) -> None:
-        """Streams a local file into the sandbox at ``remote_path``.
+    def upload_file(self, local_path: PathLike, path: str, *, mode: Optional[int] = None) -> Traced[None]:
+        """Streams the local file ``local_path`` into the sandbox at ``path``.
 
         The file's permission bits are kept unless ``mode`` is given.
         """
+        check_str("path", path, none_ok=False)
         with open(local_path, "rb") as f:
             st = os.fstat(f.fileno())
             if not _stat.S_ISREG(st.st_mode):
-                raise errors.InvalidArgumentError(f"{os.fspath(local_path)!r} is not a regular file", code="invalid_argument")
-            self._put(remote_path, f, mode if mode is not None else _stat.S_IMODE(st.st_mode), st.st_size)
+                raise errors.ArgumentValueError(f"{os.fspath(local_path)!r} is not a regular file")
+            self._put(path, f, mode if mode is not None else _stat.S_IMODE(st.st_mode), st.st_size)
+        return Traced(None, None)
 
     def download_file(self, remote_path: str, local_path: PathLike) -> int:
         """Streams ``remote_path`` from the sandbox into a local file; returns the byte count.

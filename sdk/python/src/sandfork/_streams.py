@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import errors
@@ -103,7 +104,7 @@ class OutputStream(Iterator[OutputEvent]):
         text = self._decoders[stream].decode(raw)
         self._notify(stream, text)
         offset = record.get("offset")
-        return OutputEvent(stream=stream, data=text, raw=raw, offset=int(offset) if offset is not None else None)
+        return OutputEvent(line=text, timestamp=datetime.now(timezone.utc), stream=stream, raw=raw, offset=int(offset) if offset is not None else None)
 
     def _notify(self, stream: str, text: str) -> None:
         callback = self._callbacks[stream]

@@ -12,9 +12,12 @@ import http.client
 import json
 import os
 import socket
+import dataclasses
 import ssl
+import threading
+import time
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Iterable, Iterator, Mapping, Optional, Tuple, Union
+from typing import IO, Any, Dict, Iterable, Iterator, Mapping, Optional, Set, Tuple, Union
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from . import errors
@@ -80,6 +83,12 @@ def endpoint_from_env(url: Optional[str] = None) -> Endpoint:
     """The endpoint from an explicit URL, else ``SANDFORK_URL``, else the default socket."""
     chosen = url or os.environ.get("SANDFORK_URL") or DEFAULT_SOCKET
     return parse_url(chosen)
+
+
+def _tls_context() -> ssl.SSLContext:
+    """Verifies the daemon's certificate against the system roots, or against the
+    CA bundle named by ``SANDFORK_CA`` (for a daemon with its own certificate)."""
+    return ssl.create_default_context(cafile=os.environ.get("SANDFORK_CA") or None)
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -175,6 +184,55 @@ class StreamResponse:
         return data
 
 
+@dataclass(frozen=True)
+class Features:
+    """What the daemon serves beyond the first version of its API (from its
+    ``/v1/openapi.json``); the SDK adapts its requests to it."""
+
+    managed_processes: bool = False
+    """Process names, stdin/stdout modes, restart policies, health checks, the restart route."""
+    update_sandbox: bool = False
+    """``PATCH /v1/sandboxes/{id}`` (rename, change egress rules)."""
+    ensure_image: bool = False
+    """``POST /v1/images/{name}/ensure`` (build a built-in image on demand)."""
+    entrypoint: bool = False
+    """``entrypoint`` in the create request."""
+    delete_process: bool = False
+    """``DELETE /v1/sandboxes/{id}/processes/{pid}``."""
+    default_image: Optional[str] = None
+    """The image of a sandbox created without one, when the daemon says (``default_image``
+    in ``/v1/health``)."""
+
+    @classmethod
+    def from_openapi(cls, doc: Any) -> "Features":
+        """Reads the features off an OpenAPI document."""
+        paths = (doc or {}).get("paths") or {} if isinstance(doc, dict) else {}
+        shapes = {_route_shape(p): set((v or {}).keys()) for p, v in paths.items()}
+
+        def has(path: str, method: str = "") -> bool:
+            methods = shapes.get(_route_shape(path))
+            return methods is not None and (not method or method in methods)
+
+        schemas = ((doc or {}).get("components") or {}).get("schemas") or {} if isinstance(doc, dict) else {}
+        create_props = (schemas.get("CreateSandbox") or {}).get("properties") or {}
+        return cls(
+            managed_processes=has("/v1/sandboxes/{id}/processes/{pid}/restart", "post"),
+            update_sandbox=has("/v1/sandboxes/{id}", "patch"),
+            ensure_image=has("/v1/images/{name}/ensure", "post"),
+            entrypoint="entrypoint" in create_props,
+            delete_process=has("/v1/sandboxes/{id}/processes/{pid}", "delete"),
+        )
+
+
+def _route_shape(path: str) -> str:
+    return "/".join("{}" if seg.startswith("{") else seg for seg in path.split("/"))
+
+
+_FEATURES_TTL = 30.0
+_features_cache: Dict[str, Tuple[float, Features]] = {}
+_features_lock = threading.Lock()
+
+
 class Client:
     """A connection to one sandfork daemon.
 
@@ -193,6 +251,8 @@ class Client:
         self.endpoint = endpoint_from_env(url)
         self.token = token if token is not None else (os.environ.get("SANDFORK_TOKEN") or None)
         self.timeout = timeout
+        self._images: Set[str] = set()
+        self._images_lock = threading.Lock()
 
     @classmethod
     def from_env(cls) -> "Client":
@@ -206,6 +266,42 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
+
+    def features(self) -> Features:
+        """What the daemon serves (read from its OpenAPI document, cached for 30 s per URL)."""
+        key = self.url
+        now = time.monotonic()
+        with _features_lock:
+            hit = _features_cache.get(key)
+        if hit is not None and now - hit[0] < _FEATURES_TTL:
+            return hit[1]
+        try:
+            doc = self.request_json("GET", "/v1/openapi.json")
+        except errors.NotFoundError:
+            doc = None
+        found = Features.from_openapi(doc)
+        health = self.request_json("GET", "/v1/health") or {}
+        if isinstance(health, dict) and isinstance(health.get("default_image"), str):
+            found = dataclasses.replace(found, default_image=health["default_image"])
+        with _features_lock:
+            _features_cache[key] = (now, found)
+        return found
+
+    def has_image(self, name: str) -> bool:
+        """True when the daemon has image ``name`` (the list is cached by this client;
+        a miss refreshes it)."""
+        with self._images_lock:
+            if name in self._images:
+                return True
+        doc = self.request_json("GET", "/v1/images") or {}
+        names = {str(i.get("name")) for i in doc.get("images", []) if isinstance(i, dict)}
+        with self._images_lock:
+            self._images = names
+        return name in names
+
+    def _image_ready(self, name: str) -> None:
+        with self._images_lock:
+            self._images.add(name)
 
     def request_json(self, method: str, path: str, *, query: Query = None, json_body: Any = None, timeout: Optional[float] = None, unbounded: bool = False) -> Any:
         """Sends a request and decodes its JSON answer (``None`` for an empty body)."""
@@ -286,7 +382,7 @@ class Client:
         if ep.scheme == "unix":
             conn: http.client.HTTPConnection = UnixHTTPConnection(ep.socket_path, timeout=timeout)
         elif ep.scheme == "https":
-            conn = http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=ssl.create_default_context(), blocksize=_BLOCKSIZE)
+            conn = http.client.HTTPSConnection(ep.host, ep.port, timeout=timeout, context=_tls_context(), blocksize=_BLOCKSIZE)
         else:
             conn = http.client.HTTPConnection(ep.host, ep.port, timeout=timeout, blocksize=_BLOCKSIZE)
         try:
@@ -370,6 +466,6 @@ def _decode_json_line(line: bytes) -> Dict[str, Any]:
 
 def _broken(where: str, e: BaseException) -> errors.SandforkError:
     if isinstance(e, socket.timeout):
-        return errors.SandforkTimeoutError(f"{where} timed out waiting for the daemon")
+        return errors.TransportTimeoutError(f"{where} timed out waiting for the daemon")
     detail = str(e) or type(e).__name__
     return errors.ConnectionError(f"the connection to the sandfork daemon broke during {where}: {detail}")

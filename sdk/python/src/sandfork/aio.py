@@ -5,7 +5,7 @@ pool, so awaiting never blocks the event loop and many sandboxes can be
 driven at once::
 
     import asyncio
-    from sandfork.aio import AsyncSandbox
+    from sandfork import AsyncSandbox
 
     async def main():
         async with await AsyncSandbox.create() as sb:
@@ -22,19 +22,30 @@ loop's thread.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Generator, Iterable, List, Mapping, Optional, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from . import errors
+from ._files import CHUNK_SIZE, PathLike
 from ._streams import OutputCallback, OutputStream
-from ._files import PathLike
+from ._trace import TracedList
 from ._transport import Client
-from .models import CheckpointType, CommandResult, DirectoryEntry, DirectoryListing, OutputEvent, ProcessInfo, ProcessStatus, SandboxInfo, SandboxStatus
+from .models import (
+    CheckpointType,
+    CommandResult,
+    OutputEvent,
+    ProcessInfo,
+    ProcessUser,
+    SandboxInfo,
+    SandboxStatus,
+    SnapshotInfo,
+)
 from .process import Process, SignalLike
 from .sandbox import Command, Sandbox
-from .snapshot import ForkChild, ForkResult, Snapshot
+from .snapshot import CopiedSandbox, ForkChild, ForkResult, Snapshot
 
 T = TypeVar("T")
 
@@ -166,27 +177,43 @@ class _LazyStream(AsyncOutputStream):
             await super().aclose()
 
 
-class AsyncProcess:
-    """Async twin of :class:`~sandfork.Process`."""
+_PROCESS_FIELDS = [f.name for f in dataclasses.fields(ProcessInfo)]
+_SNAPSHOT_FIELDS = [f.name for f in dataclasses.fields(SnapshotInfo)]
+
+
+class AsyncProcess(ProcessInfo):
+    """Async twin of :class:`~sandfork.Process`: the ``ProcessInfo`` fields
+    (``pid``, ``status`` ... as of the last answer) plus awaitable methods."""
 
     def __init__(self, process: Process):
+        ProcessInfo.__init__(self, **{name: getattr(process, name) for name in _PROCESS_FIELDS})
         self.sync = process
-        self.pid = process.pid
 
     def __repr__(self) -> str:
-        return f"AsyncProcess(sandbox={self.sync.sandbox.id!r}, pid={self.pid})"
+        return "Async" + repr(self.sync)
+
+    def _pull(self) -> None:
+        for name in _PROCESS_FIELDS:
+            setattr(self, name, getattr(self.sync, name))
 
     async def info(self) -> ProcessInfo:
-        """The process's current state."""
-        return await _call(self.sync.info)
+        """The process's current state (this handle's fields are updated too)."""
+        info = await _call(self.sync.info)
+        self._pull()
+        return info
 
-    async def status(self) -> Union[ProcessStatus, str]:
-        """``ProcessStatus.RUNNING`` or ``ProcessStatus.EXITED``."""
-        return await _call(self.sync.status)
+    async def refresh(self) -> "AsyncProcess":
+        """Updates this handle's fields and returns it."""
+        await self.info()
+        return self
 
-    def output(self, offset: int = 0, follow: bool = True) -> AsyncOutputStream:
-        """Async iterator over the process's output (see :meth:`Process.output`)."""
-        return _LazyStream(functools.partial(self.sync.output, offset, follow))
+    async def is_running(self) -> bool:
+        """True while the process has not ended."""
+        return (await self.info()).running
+
+    def output(self, offset: int = 0, follow: bool = True, stderr_offset: int = 0) -> "AsyncOutputStream":
+        """Async iterator over the process's output chunks (see :meth:`Process.output`)."""
+        return _LazyStream(functools.partial(self.sync.output, offset, follow, stderr_offset))
 
     async def write_stdin(self, data: Union[bytes, str]) -> None:
         """Writes to the process's standard input."""
@@ -196,31 +223,49 @@ class AsyncProcess:
         """Closes the process's standard input."""
         await _call(self.sync.close_stdin)
 
-    async def signal(self, sig: SignalLike) -> None:
+    async def send_signal(self, sig: SignalLike) -> None:
         """Sends a signal."""
-        await _call(self.sync.signal, sig)
+        await _call(self.sync.send_signal, sig)
+
+    async def terminate(self) -> None:
+        """Sends SIGTERM."""
+        await _call(self.sync.terminate)
 
     async def kill(self) -> None:
         """Sends SIGKILL."""
         await _call(self.sync.kill)
 
     async def wait(self, timeout: Optional[float] = None) -> ProcessInfo:
-        """Waits for the process to exit (raises :class:`SandforkTimeoutError` after ``timeout``)."""
-        return await _call(self.sync.wait, timeout)
+        """Waits for the process to end (raises :class:`SandforkTimeoutError` after ``timeout``)."""
+        try:
+            return await _call(self.sync.wait, timeout)
+        finally:
+            self._pull()
 
 
-class AsyncSnapshot:
-    """Async twin of :class:`~sandfork.Snapshot`; its fields are on ``.sync`` and mirrored here."""
+class AsyncSnapshot(SnapshotInfo):
+    """Async twin of :class:`~sandfork.Snapshot`: the ``SnapshotInfo`` fields plus
+    awaitable methods; sandfork's extra fields (``id``, ``type``, ``labels`` ...)
+    come from the sync snapshot, ``.sync``."""
 
     def __init__(self, snapshot: Snapshot):
+        SnapshotInfo.__init__(self, **{name: getattr(snapshot, name) for name in _SNAPSHOT_FIELDS})
         self.sync = snapshot
 
     def __getattr__(self, name: str) -> Any:
-        # Plain fields (id, type, size_bytes, created_at ...) come from the sync snapshot.
+        if name == "sync":
+            raise AttributeError(name)
         return getattr(self.sync, name)
 
     def __repr__(self) -> str:
         return "Async" + repr(self.sync)
+
+    def __eq__(self, other: object) -> bool:
+        other_id = getattr(other, "snapshot_id", None)
+        return isinstance(other, (AsyncSnapshot, Snapshot)) and other_id == self.snapshot_id
+
+    def __hash__(self) -> int:
+        return hash(self.snapshot_id)
 
     @classmethod
     async def get(cls, snapshot_id: str, *, client: Optional[Client] = None) -> "AsyncSnapshot":
@@ -228,10 +273,16 @@ class AsyncSnapshot:
         return cls(await _call(Snapshot.get, snapshot_id, client=client))
 
     @classmethod
-    async def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> List["AsyncSnapshot"]:  # noqa: A002
+    async def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> TracedList["AsyncSnapshot"]:  # noqa: A002
         """Lists snapshots (optionally of one source sandbox or one type)."""
         snaps = await _call(Snapshot.list, source, type, client=client)
-        return [cls(s) for s in snaps]
+        return TracedList(cls(s) for s in snaps)
+
+    async def refresh(self) -> "AsyncSnapshot":
+        """Reloads the description."""
+        await _call(self.sync.refresh)
+        SnapshotInfo.__init__(self, **{name: getattr(self.sync, name) for name in _SNAPSHOT_FIELDS})
+        return self
 
     async def delete(self) -> None:
         """Deletes the snapshot."""
@@ -251,14 +302,20 @@ class AsyncSnapshot:
         return cls(await _call(Snapshot.import_, path, client=client))
 
 
-class AsyncForkResult(List["AsyncSandbox"]):
-    """Async twin of :class:`~sandfork.ForkResult`: a list of the children that started."""
+class AsyncForkResult(TracedList["AsyncSandbox"]):
+    """Async twin of :class:`~sandfork.ForkResult`: a list of the children that
+    started, with Tensorlake's ``CopySandboxResponse`` shape too."""
 
     def __init__(self, result: ForkResult):
         super().__init__(AsyncSandbox(s) for s in result)
         self.sync = result
         self.snapshot_id = result.snapshot_id
         self.source_sandbox_id = result.source_sandbox_id
+
+    @property
+    def sandboxes(self) -> List[CopiedSandbox]:
+        """Every child in Tensorlake's ``CopiedSandboxResponse`` shape."""
+        return self.sync.sandboxes
 
     @property
     def children(self) -> List[ForkChild]:
@@ -269,6 +326,11 @@ class AsyncForkResult(List["AsyncSandbox"]):
     def errors(self) -> List[ForkChild]:
         """The children that failed."""
         return self.sync.errors
+
+    @property
+    def ok(self) -> bool:
+        """True when every child started."""
+        return self.sync.ok
 
     def raise_for_errors(self) -> "AsyncForkResult":
         """Raises :class:`ForkError` if any child failed."""
@@ -309,14 +371,48 @@ class _Creating:
             await self._sandbox.__aexit__(*exc)
 
 
+def _mirror(name: str, wrap: Optional[Callable[[Any], Any]] = None) -> Any:
+    """An async method running ``Sandbox.<name>`` on the thread pool (same signature)."""
+    sync_fn = getattr(Sandbox, name)
+
+    @functools.wraps(sync_fn)
+    async def method(self: "AsyncSandbox", *args: Any, **kwargs: Any) -> Any:
+        result = await _call(getattr(self.sync, name), *args, **kwargs)
+        return wrap(result) if wrap is not None else result
+
+    return method
+
+
+def _processes(items: Any) -> TracedList[AsyncProcess]:
+    return TracedList((AsyncProcess(p) for p in items), getattr(items, "trace_id", None))
+
+
+def _snapshots(items: Any) -> TracedList[AsyncSnapshot]:
+    return TracedList((AsyncSnapshot(s) for s in items), getattr(items, "trace_id", None))
+
+
+def _snapshot_or_none(snap: Optional[Snapshot]) -> Optional[AsyncSnapshot]:
+    return AsyncSnapshot(snap) if snap is not None else None
+
+
 class AsyncSandbox:
-    """Async twin of :class:`~sandfork.Sandbox` (same methods, awaited)."""
+    """Async twin of :class:`~sandfork.Sandbox`: the same calls, awaited.
+
+    As in Tensorlake: ``create``/``connect`` are awaited
+    (``sb = await AsyncSandbox.create()``; ``async with await
+    AsyncSandbox.create() as sb`` terminates it on exit), ``status()`` is a
+    coroutine, ``sandbox_id`` is a plain property, ``close()`` and
+    ``pty_ws_url()`` are not coroutines. Iterators (``stream``,
+    ``iter_output``, ``iter_file``) are async iterators.
+    """
 
     def __init__(self, sandbox: Sandbox):
         self.sync = sandbox
 
     def __repr__(self) -> str:
         return "Async" + repr(self.sync)
+
+    # --- lifecycle ---------------------------------------------------------------
 
     @classmethod
     def create(cls, *args: Any, **kwargs: Any) -> "_Creating":
@@ -329,38 +425,80 @@ class AsyncSandbox:
         return _Creating(_call_owning(Sandbox.create, Sandbox.terminate, *args, **kwargs))
 
     @classmethod
-    async def connect(cls, sandbox_id: str, *, client: Optional[Client] = None) -> "AsyncSandbox":
-        """Attaches to an existing sandbox by id or name."""
-        return cls(await _call(Sandbox.connect, sandbox_id, client=client))
+    async def connect(
+        cls,
+        sandbox_id: Optional[str] = None,
+        *,
+        proxy_url: Optional[str] = None,
+        routing_hint: Optional[str] = None,
+        api_key: Optional[str] = None,
+        api_url: Optional[str] = None,
+        organization_id: Optional[str] = None,
+        project_id: Optional[str] = None,
+        namespace: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+        identifier: Optional[str] = None,
+        client: Optional[Client] = None,
+    ) -> "AsyncSandbox":
+        """Attaches to an existing sandbox by id or name (see :meth:`Sandbox.connect`)."""
+        sb = await _call(
+            Sandbox.connect, sandbox_id, proxy_url=proxy_url, routing_hint=routing_hint, api_key=api_key, api_url=api_url,
+            organization_id=organization_id, project_id=project_id, namespace=namespace, request_timeout=request_timeout,
+            identifier=identifier, client=client,
+        )  # fmt: skip
+        return cls(sb)
 
     @classmethod
-    async def list(cls, state: Optional[str] = None, name: Optional[str] = None, *, client: Optional[Client] = None) -> List[SandboxInfo]:
-        """Lists sandboxes."""
-        return await _call(Sandbox.list, state, name, client=client)
+    async def list(cls, *args: Any, **kwargs: Any) -> TracedList[SandboxInfo]:
+        """Lists sandboxes (see :meth:`Sandbox.list`)."""
+        return await _call(Sandbox.list, *args, **kwargs)
+
+    @classmethod
+    async def get_snapshot(cls, snapshot_id: str, *args: Any, **kwargs: Any) -> AsyncSnapshot:
+        """Looks a snapshot up by id (see :meth:`Sandbox.get_snapshot`)."""
+        return AsyncSnapshot(await _call(Sandbox.get_snapshot, snapshot_id, *args, **kwargs))
+
+    @classmethod
+    async def delete_snapshot(cls, snapshot_id: str, *args: Any, **kwargs: Any) -> None:
+        """Deletes a snapshot by id (see :meth:`Sandbox.delete_snapshot`)."""
+        await _call(Sandbox.delete_snapshot, snapshot_id, *args, **kwargs)
 
     @property
     def id(self) -> str:
         """The sandbox id."""
         return self.sync.id
 
-    sandbox_id = id
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox id (never does I/O)."""
+        return self.sync.id
+
+    @property
+    def trace_id(self) -> Optional[str]:
+        """A trace id for the create or connect call of this handle."""
+        return self.sync.trace_id
+
+    @property
+    def client(self) -> Client:
+        """The :class:`~sandfork.Client` this handle talks through."""
+        return self.sync.client
 
     @property
     def name(self) -> Optional[str]:
-        """The sandbox name (as of creation or connection)."""
+        """The sandbox name as of the last answer from the daemon (no I/O)."""
         return self.sync._info.name if self.sync._info is not None else None
 
     async def status(self) -> Union[SandboxStatus, str]:
         """The current lifecycle state, fetched fresh."""
-        return await _call(lambda: self.sync.status)
+        return (await self.info()).status
 
-    async def info(self) -> SandboxInfo:
-        """The sandbox's current description."""
-        return await _call(self.sync.info)
+    info = _mirror("info")
+    update = _mirror("update")
+    terminate = _mirror("terminate")
 
-    async def terminate(self) -> None:
-        """Terminates the sandbox."""
-        await _call(self.sync.terminate)
+    def close(self) -> None:
+        """Releases the handle; the sandbox keeps running."""
+        self.sync.close()
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self
@@ -368,101 +506,113 @@ class AsyncSandbox:
     async def __aexit__(self, *exc: object) -> None:
         await _call(self.sync.__exit__, None, None, None)
 
-    async def run(self, command: Command, args: Optional[Iterable[str]] = None, env: Optional[Mapping[str, str]] = None, working_dir: Optional[str] = None, timeout: Optional[float] = None, stdin: Union[None, str, bytes] = None, on_stdout: Optional[OutputCallback] = None, on_stderr: Optional[OutputCallback] = None, user: Optional[str] = None) -> CommandResult:
-        """Runs a command to completion (see :meth:`Sandbox.run`)."""
-        return await _call(self.sync.run, command, args, env, working_dir, timeout, stdin, _on_loop(on_stdout), _on_loop(on_stderr), user)
+    # --- commands and processes ------------------------------------------------------
 
-    def stream(self, command: Command, args: Optional[Iterable[str]] = None, env: Optional[Mapping[str, str]] = None, working_dir: Optional[str] = None, timeout: Optional[float] = None, stdin: Union[None, str, bytes] = None, *, user: Optional[str] = None) -> AsyncOutputStream:
+    async def run(
+        self,
+        command: Command,
+        args: Optional[List[str]] = None,
+        env: Optional[Dict[str, str]] = None,
+        working_dir: Optional[str] = None,
+        timeout: Optional[float] = None,
+        user: Optional[ProcessUser] = None,
+        *,
+        stdin: Union[None, str, bytes] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+    ) -> CommandResult:
+        """Runs a command to completion (see :meth:`Sandbox.run`); callbacks run on the event loop."""
+        return await _call(self.sync.run, command, args, env, working_dir, timeout, user, stdin=stdin, on_stdout=_on_loop(on_stdout), on_stderr=_on_loop(on_stderr))
+
+    def stream(
+        self,
+        command: Command,
+        args: Optional[Iterable[str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        working_dir: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[None, str, bytes] = None,
+        *,
+        user: Optional[ProcessUser] = None,
+    ) -> AsyncOutputStream:
         """Runs a command; ``async for`` over its output, then read ``.result``."""
         return _LazyStream(functools.partial(self.sync.stream, command, args, env, working_dir, timeout, stdin, user=user))
 
-    async def start_process(self, command: Command, args: Optional[Iterable[str]] = None, env: Optional[Mapping[str, str]] = None, working_dir: Optional[str] = None, stdin: Union[None, str, bytes] = None, user: Optional[str] = None) -> AsyncProcess:
-        """Starts a background process."""
-        return AsyncProcess(await _call(self.sync.start_process, command, args, env, working_dir, stdin, user))
+    start_process = _mirror("start_process", AsyncProcess)
+    list_processes = _mirror("list_processes", _processes)
+    get_process = _mirror("get_process", AsyncProcess)
+    restart_process = _mirror("restart_process", AsyncProcess)
+    kill_process = _mirror("kill_process")
+    send_signal = _mirror("send_signal")
+    write_stdin = _mirror("write_stdin")
+    close_stdin = _mirror("close_stdin")
+    get_stdout = _mirror("get_stdout")
+    get_stderr = _mirror("get_stderr")
+    get_output = _mirror("get_output")
+    follow_stdout = _mirror("follow_stdout")
+    follow_stderr = _mirror("follow_stderr")
+    follow_output = _mirror("follow_output")
 
-    async def list_processes(self) -> List[AsyncProcess]:
-        """Handles on every background process."""
-        return [AsyncProcess(p) for p in await _call(self.sync.list_processes)]
+    def iter_output(self, process: Union[int, str], offset: int = 0, stderr_offset: int = 0, follow: bool = True) -> AsyncOutputStream:
+        """Async iterator over a process's output chunks while it runs."""
+        return _LazyStream(functools.partial(self.sync.iter_output, process, offset, stderr_offset, follow))
 
-    async def get_process(self, pid: int) -> AsyncProcess:
-        """A handle on background process ``pid``."""
-        return AsyncProcess(await _call(self.sync.get_process, pid))
+    # --- files -----------------------------------------------------------------------
 
-    async def write_file(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> None:
-        """Writes a file inside the sandbox."""
-        await _call(self.sync.write_file, path, data, mode)
+    read_file = _mirror("read_file")
+    write_file = _mirror("write_file")
+    upload_file = _mirror("upload_file")
+    download_file = _mirror("download_file")
+    delete_file = _mirror("delete_file")
+    list_directory = _mirror("list_directory")
+    list_dir = _mirror("list_dir")
+    stat = _mirror("stat")
+    exists = _mirror("exists")
+    remove = _mirror("remove")
+    mkdir = _mirror("mkdir")
 
-    async def read_file(self, path: str) -> bytes:
-        """Reads a whole file from the sandbox."""
-        return await _call(self.sync.read_file, path)
+    async def iter_file(self, path: str, chunk_size: int = CHUNK_SIZE) -> AsyncIterator[bytes]:
+        """Yields the content of ``path`` in chunks (an async generator)."""
+        chunks = await _call(self.sync.iter_file, path, chunk_size)
+        while True:
+            chunk = await _call(_next_or_end, chunks)
+            if chunk is _END:
+                return
+            yield chunk
 
-    async def list_dir(self, path: str = "/") -> DirectoryListing:
-        """Lists a directory."""
-        return await _call(self.sync.list_dir, path)
+    # --- checkpoints, forks, suspend -----------------------------------------------------
 
-    list_directory = list_dir
-
-    async def stat(self, path: str) -> DirectoryEntry:
-        """Describes one path."""
-        return await _call(self.sync.stat, path)
-
-    async def exists(self, path: str) -> bool:
-        """True when the path exists."""
-        return await _call(self.sync.exists, path)
-
-    async def remove(self, path: str, recursive: bool = False) -> None:
-        """Deletes a file or (``recursive=True``) a tree."""
-        await _call(self.sync.remove, path, recursive)
-
-    async def delete_file(self, path: str) -> None:
-        """Deletes a file."""
-        await _call(self.sync.delete_file, path)
-
-    async def mkdir(self, path: str, parents: bool = True) -> None:
-        """Creates a directory."""
-        await _call(self.sync.mkdir, path, parents)
-
-    async def upload_file(self, local_path: PathLike, remote_path: str, mode: Optional[int] = None) -> None:
-        """Streams a local file into the sandbox."""
-        await _call(self.sync.upload_file, local_path, remote_path, mode)
-
-    async def download_file(self, remote_path: str, local_path: PathLike) -> int:
-        """Streams a file out of the sandbox."""
-        return await _call(self.sync.download_file, remote_path, local_path)
-
-    async def checkpoint(self, checkpoint_type: Union[CheckpointType, str] = CheckpointType.FILESYSTEM, **kwargs: Any) -> AsyncSnapshot:
-        """Checkpoints the sandbox (see :meth:`Sandbox.checkpoint`)."""
-        return AsyncSnapshot(await _call(self.sync.checkpoint, checkpoint_type, **kwargs))
+    checkpoint = _mirror("checkpoint", _snapshot_or_none)
+    snapshot = _mirror("snapshot", _snapshot_or_none)
+    list_snapshots = _mirror("list_snapshots", _snapshots)
+    suspend = _mirror("suspend")
+    resume = _mirror("resume")
 
     async def fork(self, count: int = 1, **kwargs: Any) -> AsyncForkResult:
         """Forks ``count`` live copies (see :meth:`Sandbox.fork`)."""
         return AsyncForkResult(await _call_owning(self.sync.fork, ForkResult.terminate_all, count, **kwargs))
 
-    async def copy(self, *, times: int = 1) -> AsyncForkResult:
-        """Alias of :meth:`fork`."""
-        return await self.fork(times)
+    async def copy(self, *, times: int = 1, request_timeout: Optional[float] = None) -> AsyncForkResult:
+        """``times`` live copies (see :meth:`Sandbox.copy`)."""
+        return AsyncForkResult(await _call_owning(self.sync.copy, ForkResult.terminate_all, times=times, request_timeout=request_timeout))
 
-    async def suspend(self, wait: bool = True, timeout: float = 600.0) -> None:
-        """Suspends a named sandbox."""
-        await _call(self.sync.suspend, wait, timeout)
+    # --- daemon, and Tensorlake features sandfork does not have ----------------------------
 
-    async def resume(self, wait: bool = True, timeout: float = 600.0) -> None:
-        """Resumes a suspended sandbox."""
-        await _call(self.sync.resume, wait, timeout)
+    health = _mirror("health")
+    daemon_info = _mirror("daemon_info")
+    create_pty_session = _mirror("create_pty_session")
+    connect_pty = _mirror("connect_pty")
+    create_pty = _mirror("create_pty")
+    connect_desktop = _mirror("connect_desktop")
+    get_logs = _mirror("get_logs")
+    list_log_processes = _mirror("list_log_processes")
+    attach_file_system = _mirror("attach_file_system")
+    detach_file_system = _mirror("detach_file_system")
+    list_file_systems = _mirror("list_file_systems")
 
-    async def list_snapshots(self) -> List[AsyncSnapshot]:
-        """Snapshots taken from this sandbox."""
-        return [AsyncSnapshot(s) for s in await _call(self.sync.list_snapshots)]
-
-    @classmethod
-    async def get_snapshot(cls, snapshot_id: str, *, client: Optional[Client] = None) -> AsyncSnapshot:
-        """Looks a snapshot up by id."""
-        return await AsyncSnapshot.get(snapshot_id, client=client)
-
-    @classmethod
-    async def delete_snapshot(cls, snapshot_id: str, *, client: Optional[Client] = None) -> None:
-        """Deletes a snapshot by id."""
-        await _call(Snapshot.delete_by_id, snapshot_id, client=client)
+    def pty_ws_url(self, session_id: str, token: str) -> str:
+        """Interactive terminals are not supported: raises ``NotImplementedError``."""
+        return self.sync.pty_ws_url(session_id, token)
 
 
 __all__ = ["AsyncForkResult", "AsyncOutputStream", "AsyncProcess", "AsyncSandbox", "AsyncSnapshot"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 
 from . import errors
+from ._trace import TracedList
 from ._transport import Client, seg
-from .models import CheckpointType, SandboxInfo, _enum_or_str, parse_time
+from .models import CheckpointType, CopiedSandboxResponse, SandboxInfo, SnapshotInfo
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
@@ -55,11 +56,16 @@ def fork_body(
     return body
 
 
-class Snapshot:
+class Snapshot(SnapshotInfo):
     """A checkpoint of a sandbox, stored by the daemon under a persistent id.
 
-    Start sandboxes from it with ``Sandbox.create(snapshot_id=snap.id)`` or
-    many at once with :meth:`fork`.
+    A :class:`~sandfork.SnapshotInfo` (Tensorlake's fields: ``snapshot_id``,
+    ``sandbox_id``, ``base_image``, ``status``, ``snapshot_type``,
+    ``size_bytes``, ``rootfs_disk_bytes``, ``created_at`` ...) plus sandfork's
+    (``id``, ``type``, ``source_sandbox_id``, ``name``, ``image``, ``cpus``,
+    ``memory_mb``, ``disk_mb``, ``labels``) and methods. Start sandboxes from
+    it with ``Sandbox.create(snapshot_id=snap.snapshot_id)`` or many at once
+    with :meth:`fork`.
     """
 
     def __init__(self, doc: Dict[str, Any], client: Optional[Client] = None):
@@ -67,22 +73,17 @@ class Snapshot:
         self._load(doc)
 
     def _load(self, doc: Dict[str, Any]) -> None:
+        SnapshotInfo.__init__(self, **SnapshotInfo.fields_from_json(doc))
         self.raw = doc
-        self.id: str = str(doc.get("id") or doc.get("snapshot_id"))
-        self.type = _enum_or_str(CheckpointType, doc.get("type"))
-        self.source_sandbox_id: Optional[str] = doc.get("source_sandbox_id")
         self.name: Optional[str] = doc.get("name")
-        self.image: Optional[str] = doc.get("image")
-        self.size_bytes: int = int(doc.get("size_bytes") or 0)
-        self.created_at = parse_time(doc.get("created_at"))
         self.cpus: Optional[float] = doc.get("cpus")
         self.memory_mb: Optional[int] = doc.get("memory_mb")
         self.disk_mb: Optional[int] = doc.get("disk_mb")
         self.labels: Dict[str, str] = dict(doc.get("labels") or {})
 
     def __repr__(self) -> str:
-        kind = self.type.value if isinstance(self.type, CheckpointType) else self.type
-        return f"Snapshot(id={self.id!r}, type={kind!r}, source={self.source_sandbox_id!r}, size_bytes={self.size_bytes})"
+        kind = getattr(self.snapshot_type, "value", self.snapshot_type)
+        return f"Snapshot(id={self.id!r}, type={kind!r}, source={self.sandbox_id!r}, size_bytes={self.size_bytes})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Snapshot) and other.id == self.id
@@ -91,26 +92,31 @@ class Snapshot:
         return hash(self.id)
 
     @property
-    def snapshot_id(self) -> str:
-        """Alias of :attr:`id`."""
-        return self.id
+    def id(self) -> str:
+        """Alias of :attr:`snapshot_id`."""
+        return self.snapshot_id
 
     @property
-    def sandbox_id(self) -> Optional[str]:
-        """Alias of :attr:`source_sandbox_id` (Tensorlake's name)."""
-        return self.source_sandbox_id
+    def type(self) -> Any:
+        """Alias of :attr:`snapshot_type`: ``CheckpointType.FILESYSTEM`` or ``MEMORY``."""
+        return self.snapshot_type
 
     @property
-    def snapshot_type(self) -> Any:
-        """Alias of :attr:`type` (Tensorlake's name)."""
-        return self.type
+    def source_sandbox_id(self) -> Optional[str]:
+        """Alias of :attr:`sandbox_id`: the sandbox the snapshot was taken from."""
+        return self.sandbox_id
+
+    @property
+    def image(self) -> Optional[str]:
+        """Alias of :attr:`base_image`."""
+        return self.base_image
 
     @classmethod
     def get(cls, snapshot_id: str, *, client: Optional[Client] = None) -> "Snapshot":
         """Looks a snapshot up by id.
 
         Raises:
-            SandboxNotFoundError: No snapshot has that id.
+            NotFoundError: No snapshot has that id (a ``RemoteAPIError`` with status 404).
         """
         client = client or Client()
         return cls(client.request_json("GET", f"/v1/snapshots/{seg(snapshot_id)}"), client)
@@ -121,7 +127,7 @@ class Snapshot:
         client = client or Client()
         kind = CheckpointType(type).value if type is not None else None
         doc = client.request_json("GET", "/v1/snapshots", query={"source": source, "type": kind})
-        return [cls(d, client) for d in (doc or {}).get("snapshots", [])]
+        return TracedList(cls(d, client) for d in (doc or {}).get("snapshots", []))
 
     def refresh(self) -> "Snapshot":
         """Reloads this snapshot's description from the daemon."""
@@ -253,13 +259,29 @@ class ForkError(errors.SandforkError):
         self.result = result
 
 
-class ForkResult(List["Sandbox"]):
-    """The outcome of a fork: a list of the sandboxes that started.
+@dataclass
+class CopiedSandbox(CopiedSandboxResponse):
+    """One child of a fork or copy, in Tensorlake's ``CopiedSandboxResponse`` shape
+    (``sandbox_id``, ``status`` ``"running"`` or ``"failed"``, ``reason``, ``name``),
+    plus its ``index`` and, when it started, its connected ``sandbox`` handle."""
 
-    Also carries :attr:`children` (every child with its index, sandbox or
-    error), :attr:`errors`, :attr:`snapshot_id` (the snapshot the children
-    came from) and :attr:`source_sandbox_id`. As a context manager it
-    terminates every child on exit.
+    index: int = 0
+    sandbox: Optional["Sandbox"] = field(default=None, repr=False, compare=False)
+
+    @property
+    def id(self) -> str:
+        """Alias of :attr:`sandbox_id`."""
+        return self.sandbox_id
+
+
+class ForkResult(TracedList["Sandbox"]):
+    """The outcome of a fork or copy: a list of the sandboxes that started.
+
+    Also has Tensorlake's ``CopySandboxResponse`` shape: :attr:`source_sandbox_id`
+    and :attr:`sandboxes` (one :class:`CopiedSandbox` per child, failed ones
+    included). sandfork's view: :attr:`children` (every child with its index,
+    sandbox or error), :attr:`errors`, :attr:`snapshot_id` (the snapshot the
+    children came from). As a context manager it terminates every child on exit.
     """
 
     def __init__(self, children: List[ForkChild], snapshot_id: Optional[str] = None, source_sandbox_id: Optional[str] = None):
@@ -276,9 +298,18 @@ class ForkResult(List["Sandbox"]):
         return cls(children, (doc or {}).get("snapshot_id"), source_sandbox_id)
 
     @property
-    def sandboxes(self) -> List["Sandbox"]:
-        """The children that started (Tensorlake's name)."""
-        return list(self)
+    def sandboxes(self) -> List[CopiedSandbox]:
+        """Every child in Tensorlake's ``CopiedSandboxResponse`` shape (failed ones
+        have ``status == "failed"`` and the reason in ``reason``)."""
+        out = []
+        for c in self.children:
+            if c.sandbox is not None:
+                info = c.sandbox._info
+                out.append(CopiedSandbox(sandbox_id=c.sandbox.id, status="running", name=info.name if info else None, index=c.index, sandbox=c.sandbox))
+            else:
+                reason = c.error.message if c.error is not None else "unknown error"
+                out.append(CopiedSandbox(sandbox_id="", status="failed", reason=reason, index=c.index))
+        return out
 
     @property
     def errors(self) -> List[ForkChild]:

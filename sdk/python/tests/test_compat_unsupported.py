@@ -1,0 +1,132 @@
+"""Tensorlake features sandfork does not have: each call exists and raises a clear
+``NotImplementedError`` naming the feature (never a silent no-op).
+
+Each test is written the way Tensorlake's documentation uses the call (the comment under
+its name quotes it); only the import line differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandfork import (
+    CLEAR_NETWORK_POLICY,
+    AsyncSandbox,
+    FileSystemMount,
+    GpuModel,
+    GpuRequest,
+    NetworkConfig,
+    Sandbox,
+    SandboxClient,
+    SandboxError,
+)
+
+pytestmark = pytest.mark.daemon
+
+
+@pytest.fixture(scope="module")
+def sandbox(daemon):
+    with Sandbox.create(memory_mb=128) as sb:
+        yield sb
+
+
+def _refused(call, feature: str) -> None:
+    with pytest.raises(NotImplementedError, match=feature) as info:
+        call()
+    assert isinstance(info.value, SandboxError) and "not supported by sandfork" in str(info.value)
+
+
+def test_pty(sandbox: Sandbox) -> None:
+    # pty = sandbox.create_pty(command="/bin/bash", args=["-l"], env={"TERM": "xterm-256color"}, working_dir="/workspace", cols=80, rows=24)
+    feature = r"interactive terminals \(PTY\) are"
+    _refused(lambda: sandbox.create_pty(command="/bin/bash", args=["-l"], env={"TERM": "xterm-256color"}, working_dir="/workspace", cols=80, rows=24), feature)
+    _refused(lambda: sandbox.connect_pty("session-id", "token"), feature)
+    _refused(lambda: sandbox.create_pty_session("/bin/sh"), feature)
+    _refused(lambda: sandbox.pty_ws_url("session-id", "token"), feature)
+
+
+def test_async_pty(sandbox: Sandbox) -> None:
+    # async with await AsyncSandbox.create() as sbx: pty = await sbx.create_pty(command="/bin/bash", on_data=...)   (examples/async_pty.py)
+    async def main() -> None:
+        sbx = await AsyncSandbox.connect(sandbox.sandbox_id)
+        with pytest.raises(NotImplementedError, match="PTY"):
+            await sbx.create_pty(command="/bin/bash", on_data=lambda d: None)
+
+    asyncio.run(main())
+
+
+def test_desktop(sandbox: Sandbox) -> None:
+    # with sandbox.connect_desktop(port=5901) as desktop: desktop.screenshot()
+    _refused(lambda: sandbox.connect_desktop(port=5901), r"remote desktop \(VNC\) is")
+
+
+def test_logs(sandbox: Sandbox) -> None:
+    # logs = sandbox.get_logs(tail=100, levels=["info", "warn"]).value; sandbox.list_log_processes().value.processes
+    _refused(lambda: sandbox.get_logs(tail=100, levels=["info", "warn"]), "sandbox logs are")
+    _refused(sandbox.list_log_processes, "sandbox logs are")
+    _refused(lambda: SandboxClient.for_cloud().get_logs("<sandbox-id>", levels=["error"], tail=50), "sandbox logs are")
+
+
+def test_file_systems(sandbox: Sandbox) -> None:
+    # sandbox.attach_file_system("file_system_abc", "/mnt/skills", read_only=True); Sandbox.create(file_systems=[FileSystemMount(...)])
+    _refused(lambda: sandbox.attach_file_system("file_system_abc", "/mnt/skills", read_only=True), "file systems are")
+    _refused(lambda: sandbox.detach_file_system("/mnt/skills"), "file systems are")
+    _refused(sandbox.list_file_systems, "file systems are")
+    _refused(lambda: Sandbox.create(file_systems=[FileSystemMount(file_system_id="file_system_abc", mount_path="/mnt/skills")]), "file systems are")
+
+
+def test_port_exposure(sandbox: Sandbox) -> None:
+    # sandbox.update(exposed_ports=[8080], allow_unauthenticated_access=False); info.url_for_port(8080); client.expose_ports("my-env", [8080])
+    _refused(lambda: sandbox.update(exposed_ports=[8080], allow_unauthenticated_access=False), "port exposure is")
+    _refused(lambda: sandbox.update(exposed_ports=[]), "port exposure is")
+    _refused(lambda: sandbox.info().url_for_port(8080), "port exposure")
+    client = SandboxClient.for_cloud()
+    _refused(lambda: client.expose_ports(sandbox.sandbox_id, [8080], allow_unauthenticated_access=False), "port exposure is")
+    _refused(lambda: client.unexpose_ports(sandbox.sandbox_id, [8080]), "port exposure is")
+    _refused(lambda: client.get_port_access(sandbox.sandbox_id), "port exposure is")
+
+
+def test_pools(daemon) -> None:
+    # pool = client.create_pool(image=..., warm_containers=3, network=NetworkConfig(allow_internet_access=False)); client.claim(pool.pool_id)
+    client = SandboxClient.for_cloud()
+    _refused(lambda: client.create_pool(image="busybox", warm_containers=3, network=NetworkConfig(allow_internet_access=False)), "sandbox pools are")
+    _refused(lambda: client.claim("pool-1"), "sandbox pools are")
+    for call in (client.list_pools, lambda: client.get_pool("pool-1"), lambda: client.delete_pool("pool-1"), lambda: client.update_pool("pool-1", "busybox")):
+        _refused(call, "sandbox pools are")
+    _refused(lambda: Sandbox.create(pool_id="pool-1"), "sandbox pools are")
+
+
+def test_gpus(daemon) -> None:
+    # Sandbox.create(gpus=1, gpu_model=GpuModel.H100); Sandbox.create(gpu=GpuRequest(count=1, model=GpuModel.A10))
+    _refused(lambda: Sandbox.create(gpus=1, gpu_model=GpuModel.H100), "GPUs are")
+    _refused(lambda: Sandbox.create(gpu=GpuRequest(count=1, model=GpuModel.A10)), "GPUs are")
+
+
+def test_archived_sandboxes(daemon) -> None:
+    # client.list_archived(limit=10); client.get_archived(sandbox_id)
+    client = SandboxClient.for_cloud()
+    _refused(lambda: client.list_archived(limit=10), "archived sandboxes are")
+    _refused(lambda: client.get_archived("sb-1"), "archived sandboxes are")
+
+
+def test_hostname_egress_rules(daemon) -> None:
+    # Sandbox.create(allow_internet_access=True, allow_out=["example.com", "203.0.113.10", "10.0.0.0/8"]); Sandbox.create(deny_out=["example.com"])
+    _refused(lambda: Sandbox.create(allow_internet_access=True, allow_out=["example.com", "203.0.113.10", "10.0.0.0/8"]), "hostname egress rules are")
+    _refused(lambda: Sandbox.create(deny_out=["example.com"]), "hostname egress rules are")
+
+
+def test_proxy_urls_and_namespaces(daemon) -> None:
+    # Sandbox.connect("my-env", proxy_url="https://sandbox.tensorlake.ai"); Sandbox.create(namespace="team")
+    _refused(lambda: Sandbox.connect("my-env", proxy_url="https://sandbox.tensorlake.ai"), "sandbox proxy URLs are")
+    _refused(lambda: Sandbox.create(namespace="team"), "namespaces other than 'default' are")
+
+
+def test_update_without_fields(sandbox: Sandbox) -> None:
+    # sandbox.update() with nothing to change -> SandboxError("At least one sandbox update field must be provided.")
+    with pytest.raises(SandboxError, match="At least one sandbox update field must be provided."):
+        sandbox.update()
+    with pytest.raises(SandboxError, match="sandbox name must be a non-empty string"):
+        sandbox.name = ""
+    assert CLEAR_NETWORK_POLICY.value == "clear"
