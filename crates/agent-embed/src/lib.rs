@@ -3,9 +3,11 @@
 //! Sandboxes boot the statically linked `sandfork-agent` as their init; images may have no
 //! C library, and the host must not look for the agent in a build tree. `build.rs` builds
 //! it and this crate embeds it, so any binary that links the runtime carries its own
-//! agent. [`install`] writes it out once into the data directory, under a name made of its
-//! digest: sandboxes and memory snapshots made by an older build keep the agent file they
-//! were made with, and a file that does not hash to its name is rewritten.
+//! agent. [`install`] writes it out once into [`AGENT_DIR`], under a name made of its
+//! digest, so daemons of different builds can share the directory and a file that does
+//! not hash to its name is rewritten. The directory is host-wide and outside every data
+//! directory on purpose: a sandbox sees the agent's host path in its mount table, and it
+//! must not learn where the daemon keeps its data.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -30,22 +32,28 @@ pub fn digest() -> String {
     hex(&Sha256::digest(AGENT))
 }
 
-/// The file [`install`] writes below `data_dir`.
-pub fn path_in(data_dir: &Path) -> PathBuf {
-    data_dir
-        .join("agent")
-        .join(format!("sandfork-agent-{}", &digest()[..16]))
+/// Where [`install`] writes the agent (a tmpfs: written again after a reboot).
+pub const AGENT_DIR: &str = "/run/sandfork/agent";
+
+/// The file [`install_in`] writes in `dir`.
+pub fn path_in(dir: &Path) -> PathBuf {
+    dir.join(format!("sandfork-agent-{}", &digest()[..16]))
 }
 
-/// Writes the embedded agent to `<data_dir>/agent/sandfork-agent-<digest>` unless a file
-/// with exactly those bytes is there already; returns its path. The directory is private
-/// to root (runc bind-mounts the file into sandboxes read-only).
-pub fn install(data_dir: &Path) -> Result<PathBuf, InstallError> {
-    let path = path_in(data_dir);
+/// Writes the embedded agent to `/run/sandfork/agent/sandfork-agent-<digest>` (see
+/// [`install_in`]); returns its path.
+pub fn install() -> Result<PathBuf, InstallError> {
+    install_in(Path::new(AGENT_DIR))
+}
+
+/// Writes the embedded agent to `<dir>/sandfork-agent-<digest>` unless a file with exactly
+/// those bytes is there already; returns its path. The directory is private to root (runc
+/// bind-mounts the file into sandboxes read-only).
+pub fn install_in(dir: &Path) -> Result<PathBuf, InstallError> {
+    let path = path_in(dir);
     if file_digest(&path).is_some_and(|d| d == digest()) {
         return Ok(path);
     }
-    let dir = path.parent().expect("agent path has a directory");
     let at = |source| InstallError {
         path: path.clone(),
         source,
@@ -93,14 +101,14 @@ mod tests {
     #[test]
     fn installs_once_and_repairs_a_changed_file() {
         let dir = tempfile::tempdir().unwrap();
-        let path = install(dir.path()).unwrap();
+        let path = install_in(dir.path()).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), AGENT);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o755);
         let dir_mode = std::fs::metadata(path.parent().unwrap()).unwrap();
         assert_eq!(dir_mode.permissions().mode() & 0o777, 0o700);
         std::fs::write(&path, b"tampered").unwrap();
-        assert_eq!(install(dir.path()).unwrap(), path);
+        assert_eq!(install_in(dir.path()).unwrap(), path);
         assert_eq!(std::fs::read(&path).unwrap(), AGENT, "rewritten");
     }
 

@@ -30,7 +30,7 @@ impl RuntimeConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> Result<Self> {
         let data_dir = data_dir.into();
         Ok(RuntimeConfig {
-            agent_bin: crate::agent_binary(&data_dir)?,
+            agent_bin: crate::agent_binary()?,
             data_dir,
             net: NetConfig::default(),
             ready_timeout: Duration::from_secs(10),

@@ -128,10 +128,10 @@ pub trait Runtime: Send + Sync {
     ) -> Result<SandboxHandle>;
 }
 
-/// The agent binary for sandboxes of `data_dir`: `SANDFORK_AGENT_BIN` when set (for
-/// development; it must be statically linked), else the agent embedded in this binary,
-/// written out once below `data_dir` (see the `agent_embed` crate).
-pub fn agent_binary(data_dir: &std::path::Path) -> Result<PathBuf> {
+/// The agent binary for sandboxes: `SANDFORK_AGENT_BIN` when set (for development; it
+/// must be statically linked), else the agent embedded in this binary, written out once
+/// to /run/sandfork/agent (see the `agent_embed` crate).
+pub fn agent_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SANDFORK_AGENT_BIN") {
         let path = PathBuf::from(p);
         // Images may have no C library: only a statically linked agent will do.
@@ -141,7 +141,7 @@ pub fn agent_binary(data_dir: &std::path::Path) -> Result<PathBuf> {
             Err(Error::NoAgentBinary(path))
         };
     }
-    agent_embed::install(data_dir).map_err(|e| Error::io(e.path, e.source))
+    agent_embed::install().map_err(|e| Error::io(e.path, e.source))
 }
 
 /// Whether `path` is an ELF executable without a program interpreter (statically linked).

@@ -52,8 +52,11 @@ pub const MASKED_PATHS: &[&str] = &[
     "/sys/kernel/debug",
 ];
 
-/// Kernel paths the sandbox may read but not write.
+/// Kernel paths the sandbox may read but not write. `/sys/fs/cgroup` is the tmpfs that
+/// holds the (read-only) cgroup hierarchies: without it, the sandbox could make
+/// directories there that look like cgroups.
 pub const READONLY_PATHS: &[&str] = &[
+    "/sys/fs/cgroup",
     "/proc/bus",
     "/proc/fs",
     "/proc/irq",
@@ -555,6 +558,7 @@ mod tests {
         }
         let ro = v["linux"]["readonlyPaths"].as_array().unwrap();
         assert!(ro.iter().any(|m| m == "/proc/sys"));
+        assert!(ro.iter().any(|m| m == "/sys/fs/cgroup"));
         let sys = v["mounts"]
             .as_array()
             .unwrap()
