@@ -35,7 +35,7 @@ test-python:
 	done; \
 	if [ -n "$$failed" ]; then echo "failed suites:$$failed"; exit 1; fi
 
-# Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/security.md).
+# Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/SECURITY.md).
 FUZZ_TIME ?= 20
 fuzz: setup
 	@scripts/fuzz --time $(FUZZ_TIME)

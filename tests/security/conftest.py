@@ -37,7 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "promise(name): the promise of docs/security.md a test enforces")
+    config.addinivalue_line("markers", "promise(name): the promise of docs/SECURITY.md a test enforces")
 
 
 @dataclass

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import datetime
 from collections import OrderedDict
+from pathlib import Path
 from typing import Dict, List
 
-THREAT_MODEL = """\
-Code inside a sandbox is hostile and runs as root *inside* it. The boundary is Linux
-namespaces (pid, mount, uts, ipc, cgroup, net; no user namespace yet), a capability set
-without SYS_ADMIN, NET_RAW, NET_ADMIN, MKNOD, SYS_MODULE, SYS_PTRACE, SYS_TIME, a seccomp
-allowlist, `no_new_privileges`, read-only /proc/sys, /sys and cgroupfs, a private /dev,
-cgroup limits (memory with swap = limit, CPU quota, pids), the sandbox's own block-store
-disk as its root, sandfork's nftables table, and a host-owned agent socket directory that
-the host opens without following symlinks. The host kernel is trusted (a kernel bug
-reachable through the allowed syscalls is out of scope). Details: `docs/security.md`.
-"""
+# The threat model, the boundary, the review's findings and the fuzzing notes: prose kept
+# beside the suite and copied into the report ahead of what the run found.
+THREAT_MODEL = Path(__file__).with_name("threat-model.md")
 
 PROMISES = OrderedDict(
     [
@@ -29,11 +23,31 @@ PROMISES = OrderedDict(
         ("resources", "A sandbox cannot exhaust the host or hurt its neighbours: fork bombs, memory hogs, disk and inode fill, output floods, exec storms."),
         ("file API", "File API paths resolve inside the sandbox; bad paths and sizes get a clear 4xx, never a 500."),
         ("host side", "What a sandbox leaves on the host (its disk's mounts, the data directory, core dumps) gives no host user anything: mounts are nosuid,nodev, the data directory is root's alone, no core is ever dumped."),
+        ("image builds", "An image build step (a package's install script) runs confined like any sandbox: it cannot reach host files, host processes, host devices or the host's network."),
+        ("egress", "In every network mode a sandbox cannot reach link-local addresses (the cloud metadata server), the host's networks or private ranges unless its owner allowed them explicitly."),
+        ("snapshot files", "An imported snapshot file is refused unless signed with the daemon's key (or, for filesystem snapshots only, explicitly trusted), whatever kind its manifest declares; an imported disk is checked before the host mounts it."),
+        ("secrets", "Secrets reach the sandbox's processes but no snapshot, export, record or world-readable file."),
+        ("agent impostor", "A sandbox that replaces or impersonates its agent gets no more from the daemon than an error: replies are bounded and timed out, the daemon stays responsive and small."),
+        ("host disk", "The API cannot fill the host's disk: imports are capped, creates and imports keep a free-space floor."),
+        ("API listener", "The TCP listener bounds connections and cuts off slow clients; a non-loopback listener needs TLS."),
+        ("host-wide effects", "Running sandfork changes nothing host-wide beyond its own table, mounts and namespaces: no host forwarding policy of accept, a runc with the known escape fixes, and cleanup that converges beside other host tools (ip netns)."),
     ]
 )
 
 
 FIXED = [
+    (
+        "tests/security/test_escape_classes.py::test_cgroup_escapes",
+        "the tmpfs runc mounts at /sys/fs/cgroup above the (read-only) cgroup v1 hierarchies was writable, so a "
+        "sandbox could make directories there that look like cgroups. /sys/fs/cgroup is now a read-only path "
+        "(crates/runtime/src/oci.rs); memory checkpoints and forks keep it read-only.",
+    ),
+    (
+        "tests/security/test_host_files.py::test_daemon_data_dir_not_visible",
+        "the embedded agent was written into the data directory, and a sandbox's mount table showed that path as "
+        "the source of its /.sandfork/agent mount. The agent now lives in /run/sandfork/agent, named by digest "
+        "(crates/agent-embed).",
+    ),
     (
         "tests/security/test_resources.py::test_sysv_shm_cannot_outlive_its_processes",
         "System V shared memory segments outlived the processes that made them; a static program filling a few "
@@ -61,9 +75,11 @@ RESIDUAL = """\
   within about a second and removes it; neighbours are unaffected
   (tests/reliability/test_sandbox_faults.py). Shielding the agent from the OOM killer
   (`oom_score_adj = -1000`) needs CAP_SYS_RESOURCE on the host, which these hosts lack.
-- The cgroup v1 layout runc mounts leaves the tmpfs *above* the controller directories
-  (/sys/fs/cgroup itself) writable; it holds nothing the host reads, and the controller
-  directories below it are read-only (tested).
+- ptrace is allowed within a sandbox (its pid namespace confines it); CPU time is limited
+  by quota but not isolated from side channels; the FUSE disk server runs as root on the
+  host and parses block requests from the kernel only, never from the sandbox.
+- A sandbox with `internet` can send DNS queries to its resolvers (and so leak data
+  through names) unless its `deny_out` covers them (a `deny_out` of 0.0.0.0/0 does).
 """
 
 
@@ -74,20 +90,20 @@ def render(results: List[dict], exitstatus: int) -> str:
     tried = sum(len(r["items"]) for r in results)
     refused = sum(i["refused"] for r in results for i in r["items"])
     lines = [
-        "# Security report",
+        "# Security",
         "",
         "Generated by `python3 -m pytest -q tests/security --security-report=docs/SECURITY.md`"
-        f" on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC — do not edit by hand.",
+        f" on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC from"
+        " `tests/security/threat-model.md` and the run — edit those, not this file.",
         "",
-        "## Threat model",
+        THREAT_MODEL.read_text().rstrip(),
         "",
-        THREAT_MODEL,
+        "## Probes",
+        "",
         "Every attempt below runs from inside a busybox sandbox as root; after every test the",
         "suite checks that a host marker file is unchanged, that a neighbour sandbox still",
         "answers exec, keeps its file and its background process, and that the daemon lives",
         "(that check is counted as one attempt per test).",
-        "",
-        "## Summary",
         "",
         f"**{tried} attempts tried, {refused} refused**, in {len(results)} tests.",
         "",
@@ -98,7 +114,7 @@ def render(results: List[dict], exitstatus: int) -> str:
         n = sum(len(r["items"]) for r in rs)
         k = sum(i["refused"] for r in rs for i in r["items"])
         lines.append(f"| {promise} | {len(rs)} | {n} | {k} |")
-    lines += ["", "## Open findings", ""]
+    lines += ["", "### Open findings", ""]
     failing = [r for r in results if any(not i["refused"] for i in r["items"])]
     if not failing:
         lines.append("None: every attempt was refused.")
@@ -106,12 +122,12 @@ def render(results: List[dict], exitstatus: int) -> str:
         what = "; ".join(f"{i['what']} (`{_clip(i['detail'])}`)" for i in r["items"] if not i["refused"])
         known = f" Known, marked xfail: {r['xfail']}." if r.get("xfail") else ""
         lines.append(f"- `{r['test']}`.{known} Not refused: {what}")
-    lines += ["", "## Fixed findings", ""]
+    lines += ["", "### Fixed findings", ""]
     lines += [f"- `{test}`: {text}" for test, text in FIXED]
-    lines += ["", "## Residual risks seen while testing", "", RESIDUAL]
-    lines += ["", "## Promises and the tests that enforce them", ""]
+    lines += ["", "### Residual risks seen while testing", "", RESIDUAL]
+    lines += ["", "### Promises and the tests that enforce them", ""]
     for promise, rs in by_promise.items():
-        lines += [f"### {promise}", "", PROMISES.get(promise, ""), ""]
+        lines += [f"#### {promise}", "", PROMISES.get(promise, ""), ""]
         for r in rs:
             n, k = len(r["items"]), sum(i["refused"] for i in r["items"])
             lines.append(f"- `{r['test']}` — {r['doc'].splitlines()[0] if r['doc'] else ''} ({k}/{n} refused)")

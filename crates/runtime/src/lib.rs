@@ -4,7 +4,7 @@
 //! implementation on runc: each sandbox is a container whose root filesystem is its own
 //! block-store disk, whose network namespace sandfork made, and whose init is the
 //! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
-//! and `docs/security.md`.
+//! and `docs/SECURITY.md`.
 
 pub mod checkpoint;
 mod container;

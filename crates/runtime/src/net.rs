@@ -287,14 +287,18 @@ pub struct Egress<'a> {
 }
 
 /// The rules of one sandbox's egress chain, in order: its own source address only, IPv4
-/// only, DNS to its resolvers, the deny list, the allow list, the guarded ranges, then
-/// everything else (or nothing else, with an allow list).
+/// only, the deny list (so denying 0.0.0.0/0 denies DNS too), DNS to its resolvers, the
+/// allow list, the guarded ranges, then everything else (or nothing else, with an allow
+/// list).
 fn egress_rules(alloc: &NetAlloc, e: &Egress<'_>) -> String {
     let t = format!("inet {NFT_TABLE}");
     let chain = alloc.chain();
     let rule = |body: String| format!("add rule {t} {chain} {body}\n");
     let mut s = rule(format!("ip saddr != {} drop", alloc.sandbox_addr));
     s += &rule("meta nfproto != ipv4 drop".into());
+    if !e.deny.is_empty() {
+        s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(e.deny)));
+    }
     if !e.host.resolvers.is_empty() {
         let dns = e
             .host
@@ -308,9 +312,6 @@ fn egress_rules(alloc: &NetAlloc, e: &Egress<'_>) -> String {
                 dns.join(", ")
             ));
         }
-    }
-    if !e.deny.is_empty() {
-        s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(e.deny)));
     }
     if !e.allow.is_empty() {
         s += &rule(format!("ip daddr {{ {} }} accept", cidr_list(e.allow)));
@@ -434,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn dns_then_deny_then_allow_then_the_guarded_ranges() {
+    fn deny_then_dns_then_allow_then_the_guarded_ranges() {
         let dir = tempfile::tempdir().unwrap();
         let a = NetAlloc::new(&config(dir.path()), 0);
         let (host, allow, deny) = (
@@ -453,7 +454,7 @@ mod tests {
         let d = at("10.1.0.0/16 } drop");
         let al = at("10.0.0.0/8 } accept");
         let guard = at("169.254.0.0/16");
-        assert!(dns < d && d < al && al < guard, "{s}");
+        assert!(d < dns && dns < al && al < guard, "{s}");
         assert!(s.contains("ip saddr != 10.99.0.2 drop"));
         assert!(s.trim_end().ends_with("masq { 10.99.0.2 }"));
         assert!(

@@ -1,6 +1,6 @@
 //! The OCI runtime config (`config.json`) of a sandbox, generated from its spec.
 //!
-//! Only the fields sandfork sets are modelled. See `docs/security.md` for why each
+//! Only the fields sandfork sets are modelled. See `docs/SECURITY.md` for why each
 //! restriction is there.
 
 use std::path::{Path, PathBuf};
