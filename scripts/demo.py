@@ -125,7 +125,7 @@ def check(result, what):
 
 
 def fork_pattern(steps, image, wheels, n):
-    base = steps.run("create the base sandbox", lambda: Sandbox.create(image=image, cpus=2, memory_mb=3072, disk_mb=DISK_MB))
+    base = steps.run("create the base sandbox", lambda: Sandbox.create(image=image, cpus=2, memory_mb=3072, disk_mb=DISK_MB, allow_internet_access=False))
     try:
         steps.run("upload the job and its wheels", lambda: upload_job(base, wheels))
         steps.run("setup once: install packages ∥ prepare data, train (live worker)",
@@ -165,7 +165,7 @@ def ask_all(forks, n):
 
 
 def naive_one(image, wheels, i, finished):
-    with Sandbox.create(image=image, cpus=2, memory_mb=3072, disk_mb=DISK_MB) as sb:
+    with Sandbox.create(image=image, cpus=2, memory_mb=3072, disk_mb=DISK_MB, allow_internet_access=False) as sb:
         upload_job(sb, wheels)
         r = check(sb.run("sh", ["/job/setup.sh", "--ask", str(THRESHOLDS[i % len(THRESHOLDS)])], timeout=3600),
                   "a naive worker's setup")
