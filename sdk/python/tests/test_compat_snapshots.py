@@ -173,3 +173,28 @@ def test_client_snapshot_calls(base: Sandbox) -> None:
         client.delete_snapshot(started.snapshot_id)
     with pytest.raises(SandboxNotFoundError):
         client.snapshot("sb-0000000000000000")
+
+
+def test_published_fork_example_fits_in_memory(daemon) -> None:
+    # base = Sandbox.create(memory_mb=4096); snapshot = base.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    # with ThreadPoolExecutor(5) as pool: workers = list(pool.map(lambda _: Sandbox.create(snapshot_id=...), range(5)))
+    # Memory limits are caps, not reservations: six 4 GiB sandboxes that each use a few MB
+    # are admitted on a host with less than 24 GiB free.
+    base = Sandbox.create(memory_mb=4096)
+    try:
+        base.run("sh", ["-c", "echo warm > /tmp/state"])
+        base.start_process("sleep", ["600"])
+        snapshot = base.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    finally:
+        base.terminate()
+    workers = []
+    try:
+        with ThreadPoolExecutor(max_workers=5) as pool:
+            workers = list(pool.map(lambda _: Sandbox.create(snapshot_id=snapshot.snapshot_id), range(5)))
+        for w in workers:
+            assert w.run("cat", ["/tmp/state"]).stdout == "warm"
+            assert any(p.command == "sleep" for p in w.list_processes())
+    finally:
+        for w in workers:
+            w.terminate()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
