@@ -40,6 +40,14 @@ pub enum Error {
     NoAgentBinary(PathBuf),
     #[error("Image build failed: {0}")]
     Image(String),
+    /// A layer or root filesystem tarball that could not be unpacked; the source names
+    /// the offending entry.
+    #[error("Image build failed: cannot unpack {layer}")]
+    Layer {
+        layer: PathBuf,
+        #[source]
+        source: crate::image::UnpackError,
+    },
     #[error("Checkpoint failed: {0}")]
     Checkpoint(String),
 }

@@ -9,6 +9,7 @@ mod command;
 mod fsck;
 mod layers;
 pub mod rootfs;
+mod unpack;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::spec::ImageRef;
 
 pub use fsck::check_layer;
 pub use layers::{import_oci_layout, import_tarball};
+pub use unpack::UnpackError;
 
 /// Image metadata, stored as `<images dir>/<name>.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -116,7 +116,12 @@ fn tarball_import_refuses_escaping_paths() {
     std::fs::write(&t, b.into_inner().unwrap()).unwrap();
     let root = tmp.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    assert!(import_tarball(&t, &root, &|_| {}).is_err());
+    let e = import_tarball(&t, &root, &|_| {}).unwrap_err();
+    assert!(matches!(e, runtime::Error::Layer { .. }), "{e:?}");
+    // The message names the tarball, its source the entry.
+    assert!(e.to_string().contains("bad.tar"), "{e}");
+    let entry = std::error::Error::source(&e).unwrap().to_string();
+    assert_eq!(entry, "unsafe path in layer: ../escaped");
     assert!(!tmp.path().join("escaped").exists());
 }
 
