@@ -57,6 +57,9 @@ def api_daemon() -> Iterator[ApiDaemon]:
         "--config", str(root / "config.toml"), "--listen", f"127.0.0.1:{port}",
         "--token-file", str(root / "token"), "--max-sandboxes", str(MAX_SANDBOXES),
         "--max-memory-mb", str(MAX_MEMORY_MB),
+        # Over the caps, a create answers 429 at once instead of waiting for room: the
+        # run makes many more creates than the caps admit.
+        "--admission-wait-secs", "0",
     ]  # fmt: skip
     d = start_daemon(binary, args, root=root)
     try:
