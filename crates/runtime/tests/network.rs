@@ -24,6 +24,25 @@ struct FakeInternet {
     host_if: String,
     addr: Ipv4Addr,
     stop: Arc<AtomicBool>,
+    /// Held by a fake metadata server for its lifetime; released after `drop` cleaned up.
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+/// The host has one route to 169.254.169.254, so the tests that stand one up (here and in
+/// tests/security) take this lock while theirs lives and can run side by side.
+const METADATA_LOCK: &str = "/run/lock/sandfork-test-metadata.lock";
+
+fn metadata_lock() -> nix::fcntl::Flock<std::fs::File> {
+    std::fs::create_dir_all("/run/lock").unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(METADATA_LOCK)
+        .unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
 }
 
 impl FakeInternet {
@@ -36,9 +55,12 @@ impl FakeInternet {
 
     /// A fake cloud metadata server: 169.254.169.254, routed from the host.
     fn metadata() -> FakeInternet {
+        let lock = metadata_lock();
         let slot = unique() % 16384;
         let host = Ipv4Addr::from(u32::from(Ipv4Addr::new(169, 254, 64, 0)) + slot);
-        Self::at(slot, host, Ipv4Addr::new(169, 254, 169, 254))
+        let mut me = Self::at(slot, host, Ipv4Addr::new(169, 254, 169, 254));
+        me._lock = Some(lock);
+        me
     }
 
     /// A netns holding `addr`, linked to the host (which holds `host_addr`) by a veth with
@@ -49,6 +71,7 @@ impl FakeInternet {
             host_if: format!("sfti{slot:x}"),
             addr,
             stop: Arc::new(AtomicBool::new(false)),
+            _lock: None,
         };
         ip(&["netns", "add", &me.ns]);
         ip(&[
