@@ -243,6 +243,7 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
             work: &work,
         };
         ctx.host.runc_checkpoint(&root, name, criu)?;
+        restrict_to_owner(dir)?;
         times.dump_ms = ms(t) - times.seal_ms;
         Ok(layer)
     });
@@ -263,6 +264,20 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
         memory_bytes: dir_bytes(dir),
         times,
     })
+}
+
+/// Makes memory images root's alone: they hold whatever the processes kept in memory
+/// (secrets from the environment included), and a copy of the data directory keeps modes.
+fn restrict_to_owner(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).at(dir)?;
+    for entry in std::fs::read_dir(dir).at(dir)?.flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).at(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Moves a CRIU log into the sandbox's logs and removes the work directory.

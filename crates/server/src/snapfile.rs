@@ -17,6 +17,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -256,7 +257,14 @@ fn read_entry(
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
-    let mut out = File::create(&target).map_err(io(&target))?;
+    // Entries may be memory images (holding what the processes kept in memory): root's alone.
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&target)
+        .map_err(io(&target))?;
     let copied = std::io::copy(&mut r.take(len), &mut out).map_err(io(input))?;
     if copied != len {
         return Err(invalid(format!("entry {name} is truncated")));

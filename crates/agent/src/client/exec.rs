@@ -2,12 +2,17 @@
 
 use proto::agent::{ExecRequest, ExitInfo, Message, OutputStream, Request, StdinMode, CHUNK_SIZE};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 
 use super::{unexpected, AgentClient, ClientError, Conn, Result};
 use crate::codec::{FrameReader, FrameWriter};
+
+/// How long after its timeout an exec's exit may come: the agent kills the process
+/// group at the timeout and reports at once; more means the agent is stuck or not one.
+pub const EXIT_GRACE: Duration = Duration::from_secs(20);
 
 /// What a running exec reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +76,9 @@ impl ExecStdin {
 /// which makes the agent kill the process group.
 pub struct ExecStream {
     pid: u32,
+    /// When the exit must have come: the exec's timeout and [`EXIT_GRACE`] (none without
+    /// a timeout, as the caller asked).
+    deadline: Option<tokio::time::Instant>,
     reader: FrameReader<OwnedReadHalf>,
     stdin: Option<ExecStdin>,
     _writer: SharedWriter,
@@ -105,7 +113,14 @@ impl ExecStream {
         if self.done {
             return Ok(None);
         }
-        let msg = match self.reader.read().await? {
+        let read = self.reader.read();
+        let frame = match self.deadline {
+            Some(at) => tokio::time::timeout_at(at, read)
+                .await
+                .map_err(|_| ClientError::Timeout(EXIT_GRACE))?,
+            None => read.await,
+        };
+        let msg = match frame? {
             Some(Message::Error(e)) => return Err(e.into()),
             Some(m) => m,
             None => return Err(ClientError::Closed),
@@ -115,12 +130,12 @@ impl ExecStream {
                 stream: OutputStream::Stdout,
                 data,
                 ..
-            } => ExecEvent::Stdout(data),
+            } => super::check_chunk(&data).map(|()| ExecEvent::Stdout(data))?,
             Message::Output {
                 stream: OutputStream::Stderr,
                 data,
                 ..
-            } => ExecEvent::Stderr(data),
+            } => super::check_chunk(&data).map(|()| ExecEvent::Stderr(data))?,
             Message::Exit(exit) => {
                 self.done = true;
                 ExecEvent::Exit(exit)
@@ -134,8 +149,11 @@ impl AgentClient {
     /// Starts a process; fails with the agent's error (e.g. `NotFound`) if it cannot run.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecStream> {
         let streamed = req.stdin == StdinMode::Stream;
+        let deadline = req.timeout_ms.map(|ms| {
+            tokio::time::Instant::now() + Duration::from_millis(ms).saturating_add(EXIT_GRACE)
+        });
         let mut conn: Conn = self.request(Request::Exec(req)).await?;
-        let pid = match conn.recv().await? {
+        let pid = match conn.recv_prompt().await? {
             Message::Started { pid } => pid,
             m => return Err(unexpected(&m)),
         };
@@ -147,6 +165,7 @@ impl AgentClient {
         });
         Ok(ExecStream {
             pid,
+            deadline,
             reader,
             stdin,
             _writer: writer,

@@ -34,8 +34,8 @@ impl FileDownload {
         if self.done {
             return Ok(None);
         }
-        match self.conn.recv().await? {
-            Message::Data(d) => Ok(Some(d)),
+        match self.conn.recv_prompt().await? {
+            Message::Data(d) => super::check_chunk(&d).map(|()| Some(d)),
             Message::Eof => {
                 self.done = true;
                 Ok(None)
@@ -70,7 +70,7 @@ impl AgentClient {
                 limit,
             })
             .await?;
-        match conn.recv().await? {
+        match conn.recv_prompt().await? {
             Message::Stat(stat) => Ok(FileDownload {
                 stat,
                 conn,
@@ -113,18 +113,18 @@ impl AgentClient {
             create_parents: opts.create_parents,
         };
         let mut conn = self.request(req).await?;
-        match conn.recv().await? {
+        match conn.recv_prompt().await? {
             Message::Done => {}
             m => return Err(unexpected(&m)),
         }
         if let Err(e) = send_body(&mut conn, data).await {
             // The agent may have stopped reading to report why (e.g. TooLarge).
-            return Err(match conn.recv().await {
+            return Err(match conn.recv_prompt().await {
                 Err(agent @ ClientError::Agent(_)) => agent,
                 _ => e,
             });
         }
-        match conn.recv().await? {
+        match conn.recv_prompt().await? {
             Message::Written { bytes } => Ok(bytes),
             m => Err(unexpected(&m)),
         }
@@ -143,9 +143,7 @@ impl AgentClient {
         let mut conn = self.request(Request::ListDir { path: path.into() }).await?;
         let (mut entries, mut bytes) = (Vec::new(), 0usize);
         loop {
-            let frame = tokio::time::timeout(super::REPLY_TIMEOUT, conn.recv())
-                .await
-                .map_err(|_| ClientError::Timeout(super::REPLY_TIMEOUT))??;
+            let frame = conn.recv_prompt().await?;
             match frame {
                 Message::DirEntries(batch) => {
                     bytes += batch
@@ -194,8 +192,8 @@ async fn send_body(conn: &mut Conn, data: &mut (impl AsyncRead + Unpin)) -> Resu
     loop {
         let n = data.read(&mut buf).await?;
         if n == 0 {
-            return conn.send(&Message::Eof).await;
+            return conn.send_prompt(&Message::Eof).await;
         }
-        conn.send(&Message::Data(buf[..n].to_vec())).await?;
+        conn.send_prompt(&Message::Data(buf[..n].to_vec())).await?;
     }
 }

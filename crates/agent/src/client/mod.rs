@@ -106,9 +106,44 @@ impl Conn {
         }
     }
 
+    /// As [`Self::recv`], for a frame the agent sends at once (it is a reply to a request,
+    /// or the next chunk of a file): within [`REPLY_TIMEOUT`].
+    pub async fn recv_prompt(&mut self) -> Result<Message> {
+        within(REPLY_TIMEOUT, self.recv()).await
+    }
+
     pub async fn send(&mut self, msg: &Message) -> Result<()> {
         Ok(self.writer.send(msg).await?)
     }
+
+    /// As [`Self::send`], within [`REPLY_TIMEOUT`] (an agent that stops reading cannot
+    /// hold the caller).
+    pub async fn send_prompt(&mut self, msg: &Message) -> Result<()> {
+        within(REPLY_TIMEOUT, self.send(msg)).await
+    }
+}
+
+/// Runs `f`, failing with [`ClientError::Timeout`] after `limit`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| ClientError::Timeout(limit))?
+}
+
+/// Refuses an output or data chunk larger than the agent ever sends ([`CHUNK_SIZE`]): the
+/// daemon queues chunks by count, so their size must be bounded for the queue to be.
+pub(crate) fn check_chunk(data: &[u8]) -> Result<()> {
+    if data.len() > proto::agent::CHUNK_SIZE {
+        return Err(ClientError::Unexpected(format!(
+            "oversized ({} bytes, over {})",
+            data.len(),
+            proto::agent::CHUNK_SIZE
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn unexpected(m: &Message) -> ClientError {

@@ -43,11 +43,14 @@ impl AttachStream {
                 stream,
                 offset,
                 data,
-            } => AttachEvent::Output {
-                stream,
-                offset,
-                data,
-            },
+            } => {
+                super::check_chunk(&data)?;
+                AttachEvent::Output {
+                    stream,
+                    offset,
+                    data,
+                }
+            }
             Message::OutputDropped { stream, from, to } => {
                 AttachEvent::Dropped { stream, from, to }
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::admission::{Refusal, Want, BASELINE_NEED_MB};
 use super::{lock, now_rfc3339, Entry, Manager};
 use crate::api::types::{CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox};
-use crate::backend::{BootSpec, ImageSpec, NetworkSpec};
+use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec};
 use crate::error::{Error, Result};
 use crate::lifecycle::{plan, Op, State};
 use crate::store::SandboxRow;
@@ -184,6 +184,22 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
     Ok(SandboxRow { view, boot })
 }
 
+/// Disks are thin, but one asked larger than what the host disk has free beyond its
+/// reserve could fill the host disk on its own: it is refused (`0` is the image's size).
+fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Result<()> {
+    let Some(free_mb) = disk.map(|d| d.free_mb) else {
+        return Ok(());
+    };
+    let room = free_mb.saturating_sub(reserve_mb);
+    if disk_mb > room {
+        return Err(Error::InvalidArgument(format!(
+            "disk_mb {disk_mb} is more than the host disk can give: {free_mb} MiB free, of \
+             which {reserve_mb} MiB are kept free, leaves {room} MiB"
+        )));
+    }
+    Ok(())
+}
+
 impl Manager {
     /// Creates and boots a sandbox. Refused at once (429) over the admission caps; a
     /// failed boot leaves a `failed` record and no host resources.
@@ -265,6 +281,11 @@ impl Manager {
                 )));
             }
         }
+        check_disk_fits(
+            row.boot.disk_mb,
+            disk,
+            reg.admission.policy().disk_reserve_mb,
+        )?;
         if let Err(refusal) = reg
             .admission
             .reserve(&row.view.id, want, host, disk, Instant::now())
@@ -394,5 +415,17 @@ mod tests {
             ..Default::default()
         };
         validate(&ok).unwrap();
+    }
+
+    #[test]
+    fn a_disk_past_the_free_space_beyond_the_reserve_is_refused() {
+        let free = Some(HostDisk { free_mb: 5000 });
+        check_disk_fits(0, free, 1024).unwrap();
+        check_disk_fits(3976, free, 1024).unwrap();
+        let e = check_disk_fits(3977, free, 1024).unwrap_err();
+        assert_eq!(e.status_code().0, 400);
+        assert!(e.message().contains("leaves 3976 MiB"), "{e:?}");
+        check_disk_fits(1 << 20, None, 1024).unwrap();
+        check_disk_fits(1, Some(HostDisk { free_mb: 100 }), 1024).unwrap_err();
     }
 }

@@ -242,6 +242,10 @@ impl Manager {
             if error.is_some() || state == State::Running {
                 r.view.error = error;
             }
+            if state == State::Terminated {
+                // Nothing boots a terminated sandbox again: its secrets go.
+                r.boot.secrets.clear();
+            }
             (before, r.clone())
         };
         if !state.is_live() {

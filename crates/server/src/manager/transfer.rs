@@ -99,8 +99,16 @@ impl Manager {
             serde_json::from_slice(&manifest).map_err(|e| bad(e.to_string()))?;
         self.check_signed(&got, rec.view.kind, trust_unsigned)?;
         check_boot(&rec.boot).map_err(|e| bad(e.message()))?;
-        let layer = self.backend.import_layer(work.0.join(ARTIFACT)).await?;
+        let artifact = work.0.join(ARTIFACT);
+        if !artifact.is_file() {
+            return Err(bad(format!("it carries no {ARTIFACT} entry")));
+        }
+        let layer = self.backend.import_layer(artifact).await?;
         if layer != rec.layer_id {
+            // The layers just read are pinned by nothing: free them now.
+            if let Err(e) = self.backend.collect_garbage().await {
+                tracing::warn!(error = %e, "freeing the layers of a refused import");
+            }
             return Err(bad(format!(
                 "its layers end at {layer}, not {}",
                 rec.layer_id
