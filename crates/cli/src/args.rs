@@ -210,13 +210,13 @@ pub enum ImageCommand {
     /// Build an image.
     Build {
         name: String,
-        /// busybox, debian or python.
+        /// busybox, debian, python or browser (python with headless Chromium and Playwright).
         #[arg(long)]
         builder: String,
         /// Debian package to add (repeatable).
         #[arg(long)]
         apt: Vec<String>,
-        /// Python package to add (repeatable; python builder).
+        /// Python package to add (repeatable; python or browser builder).
         #[arg(long)]
         pip: Vec<String>,
     },

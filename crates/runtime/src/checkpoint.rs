@@ -233,6 +233,11 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
     let work = paths.dir.join("criu-dump");
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir(&work).at(&work)?;
+    let stopped = ctx.host.undumpable_processes(&record.names.cgroup);
+    if !stopped.is_empty() {
+        let _ = std::fs::remove_dir_all(&work);
+        return Err(Error::NotCheckpointable(stopped.join("; ")));
+    }
     let t = Instant::now();
     ctx.host.runc_pause(&root, name)?;
     let mut times = CheckpointTimes::default();

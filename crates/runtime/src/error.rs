@@ -50,6 +50,10 @@ pub enum Error {
     },
     #[error("Checkpoint failed: {0}")]
     Checkpoint(String),
+    /// A process of the sandbox holds something a memory checkpoint cannot carry; the
+    /// message names the process, the resource and what to do. The sandbox runs on.
+    #[error("Checkpoint refused: {0}")]
+    NotCheckpointable(String),
 }
 
 /// Result with the runtime's error.

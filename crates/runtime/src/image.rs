@@ -397,6 +397,8 @@ pub enum Source {
     Debian,
     /// Debian with python3, pip, venv and numpy.
     Python,
+    /// `Python` plus headless Chromium and Playwright.
+    Browser,
     /// A root filesystem tarball (`docker export` format), optionally gzip-compressed.
     Tarball(PathBuf),
     /// An OCI image layout directory.
@@ -476,11 +478,13 @@ impl Images {
             Source::Busybox => rootfs::busybox(&root, progress)?,
             Source::Debian => steps.extend(rootfs::debian(&root, progress)?),
             Source::Python => steps.extend(rootfs::python(&root, progress)?),
+            Source::Browser => steps.extend(rootfs::browser(&root, progress)?),
             Source::Tarball(t) => import_tarball(t, &root, progress)?,
             Source::OciLayout(l) => defaults = import_oci_layout(l, &root, progress)?,
         }
         steps.extend(rootfs::apt_step(&spec.apt));
-        steps.extend(rootfs::pip_step(&spec.pip));
+        steps.extend(rootfs::pip_step(&root, &spec.pip)?);
+        steps.extend(rootfs::cleanup_step(&root));
         let pin = format!("build-{}-{}", std::process::id(), work.serial());
         let (base, size) = self.import_rootfs(&spec.name, &root, &pin, progress)?;
         Ok(BuildPlan {

@@ -83,8 +83,11 @@ pub struct Config {
 /// `network-lock skip`: CRIU does not fence the sandbox's network namespace with firewall
 /// rules around a dump or restore — nothing can reach a namespace being restored before
 /// the sandbox is handed out, and no TCP state is carried over — which saved ≈ 85 ms of
-/// every restore (an `iptables-restore` each to lock and to unlock).
-pub const CRIU_OPTIONS: &str = "tcp-close\nnetwork-lock skip\n";
+/// every restore (an `iptables-restore` each to lock and to unlock). `file-locks`: fcntl,
+/// flock and OFD locks are dumped and taken again on restore (browsers, SQLite and package
+/// managers hold them; without it CRIU refuses the dump). `ghost-limit 64M`: files deleted
+/// while open are carried in the snapshot up to 64 MiB each (CRIU's default is 1 MiB).
+pub const CRIU_OPTIONS: &str = "tcp-close\nnetwork-lock skip\nfile-locks\nghost-limit 64M\n";
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

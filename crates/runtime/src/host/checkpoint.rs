@@ -39,6 +39,12 @@ pub trait CheckpointHost {
     fn disk_seal_frozen(&self, disk: &str) -> Result<String>;
     /// Bytes a layer occupies on the host.
     fn layer_bytes(&self, layer: &str) -> Result<u64>;
+    /// The processes of cgroup `cgroup` CRIU cannot dump as they are (stopped by a signal
+    /// or a debugger: seizing them waits for them to run, which they never do while the
+    /// sandbox is frozen), each described for an error message.
+    fn undumpable_processes(&self, _cgroup: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 fn refused(op: &str) -> Error {

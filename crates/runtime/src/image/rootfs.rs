@@ -26,6 +26,20 @@ pub const PYTHON_PACKAGES: &[&str] = &[
     "python-is-python3",
 ];
 
+/// Debian packages the `browser` image adds to the `python` one: Chromium (headless) and
+/// the fonts pages need to lay out, and what Playwright's driver (node) links against.
+pub const BROWSER_PACKAGES: &[&str] = &[
+    "chromium",
+    "fonts-liberation",
+    "fonts-dejavu-core",
+    "libatomic1",
+];
+
+/// Python packages of the `browser` image: Playwright drives the image's Chromium over CDP
+/// (`chromium.launch(executable_path="/usr/bin/chromium")`; Playwright's own browser
+/// downloads are not used).
+pub const BROWSER_PIP: &[&str] = &["playwright>=1.40,<2"];
+
 const BUSYBOX: &str = "/bin/busybox";
 
 /// The cache directory: `$SANDFORK_CACHE`, else `/var/cache/sandfork`.
@@ -192,11 +206,79 @@ pub fn apt_step(packages: &[String]) -> Option<BuildStep> {
     })
 }
 
+/// Where a build's copy of the host's pip CA bundle lives in the image while it builds
+/// (removed by [`cleanup_step`]).
+pub const BUILD_DIR_IN_IMAGE: &str = "etc/sandfork-build";
+
+/// The host's pip settings a build sandbox's pip needs to use the same package index:
+/// `index-url`, `extra-index-url` and `trusted-host` as given, and `cert` (a CA bundle the
+/// index's proxy may need) copied into the image under [`BUILD_DIR_IN_IMAGE`]. Read from
+/// pip's configuration files and `PIP_*` variables, later ones winning, as pip does.
+fn host_pip_args(root: &Path) -> Result<Vec<String>> {
+    let mut settings = std::collections::BTreeMap::new();
+    for file in pip_config_files() {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        settings.extend(pip_settings(&text));
+    }
+    for key in ["index-url", "extra-index-url", "trusted-host", "cert"] {
+        let var = format!("PIP_{}", key.replace('-', "_").to_uppercase());
+        if let Some(v) = std::env::var(&var).ok().filter(|v| !v.is_empty()) {
+            settings.insert(key.to_string(), v);
+        }
+    }
+    let mut args = Vec::new();
+    for (key, value) in settings {
+        if key == "cert" {
+            let inside = Path::new("/").join(BUILD_DIR_IN_IMAGE).join("pip-ca.pem");
+            let dir = root.join(BUILD_DIR_IN_IMAGE);
+            std::fs::create_dir_all(&dir).at(&dir)?;
+            let target = dir.join("pip-ca.pem");
+            std::fs::copy(&value, &target).at(Path::new(&value))?;
+            args.push(format!("--cert={}", inside.display()));
+        } else {
+            args.extend(value.split_whitespace().map(|v| format!("--{key}={v}")));
+        }
+    }
+    Ok(args)
+}
+
+fn pip_config_files() -> Vec<PathBuf> {
+    let mut files = vec![
+        PathBuf::from("/etc/xdg/pip/pip.conf"),
+        PathBuf::from("/etc/pip.conf"),
+    ];
+    if let Some(home) = std::env::var_os("HOME") {
+        let home = PathBuf::from(home);
+        files.push(home.join(".pip/pip.conf"));
+        files.push(home.join(".config/pip/pip.conf"));
+    }
+    files.extend(std::env::var_os("PIP_CONFIG_FILE").map(PathBuf::from));
+    files
+}
+
+/// The settings of a pip configuration file's `[global]` and `[install]` sections that
+/// say where packages come from. (Hand-parsed: four keys of an INI file.)
+fn pip_settings(text: &str) -> Vec<(String, String)> {
+    let (mut section, mut out) = (String::new(), Vec::new());
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+        } else if let Some((key, value)) = line.split_once('=') {
+            let key = key.trim().replace('_', "-");
+            let wanted = ["index-url", "extra-index-url", "trusted-host", "cert"];
+            if (section == "global" || section == "install") && wanted.contains(&key.as_str()) {
+                out.push((key, value.trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
 /// The step installing Python packages into the system Python with pip, inside the build
-/// sandbox.
-pub fn pip_step(packages: &[String]) -> Option<BuildStep> {
+/// sandbox, from the host's package index (see [`host_pip_args`]).
+pub fn pip_step(root: &Path, packages: &[String]) -> Result<Option<BuildStep>> {
     if packages.is_empty() {
-        return None;
+        return Ok(None);
     }
     let mut argv: Vec<String> = [
         "python3",
@@ -208,11 +290,22 @@ pub fn pip_step(packages: &[String]) -> Option<BuildStep> {
     ]
     .map(String::from)
     .to_vec();
+    argv.extend(host_pip_args(root)?);
+    argv.push("--".into());
     argv.extend(packages.iter().cloned());
-    Some(BuildStep {
+    Ok(Some(BuildStep {
         what: format!("pip: {}", packages.join(" ")),
         argv,
         network: true,
+    }))
+}
+
+/// The last step of a build that ran pip: removes what the build put in the image for it.
+pub fn cleanup_step(root: &Path) -> Option<BuildStep> {
+    root.join(BUILD_DIR_IN_IMAGE).exists().then(|| BuildStep {
+        what: "cleanup".into(),
+        argv: vec!["rm".into(), "-rf".into(), format!("/{BUILD_DIR_IN_IMAGE}")],
+        network: false,
     })
 }
 
@@ -221,6 +314,15 @@ pub fn python(root: &Path, progress: ProgressFn<'_>) -> Result<Vec<BuildStep>> {
     let mut steps = debian(root, progress)?;
     let pkgs: Vec<String> = PYTHON_PACKAGES.iter().map(|s| s.to_string()).collect();
     steps.extend(apt_step(&pkgs));
+    Ok(steps)
+}
+
+/// The `browser` image: the `python` image plus Chromium and Playwright.
+pub fn browser(root: &Path, progress: ProgressFn<'_>) -> Result<Vec<BuildStep>> {
+    let mut steps = python(root, progress)?;
+    let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    steps.extend(apt_step(&owned(BROWSER_PACKAGES)));
+    steps.extend(pip_step(root, &owned(BROWSER_PIP))?);
     Ok(steps)
 }
 
@@ -235,5 +337,35 @@ pub fn validate_packages(packages: &[String]) -> Result<()> {
     match packages.iter().find(|p| !ok(p)) {
         Some(bad) => Err(Error::Image(format!("bad package name {bad:?}"))),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pip_settings_come_from_global_and_install_only() {
+        let text = "[global]\ncert = /etc/ssl/ca.pem\nindex_url=https://idx/simple\ntimeout = 3\n\
+                    [install]\ntrusted-host = idx\n[freeze]\nindex-url = nope\n";
+        assert_eq!(
+            pip_settings(text),
+            vec![
+                ("cert".into(), "/etc/ssl/ca.pem".into()),
+                ("index-url".into(), "https://idx/simple".into()),
+                ("trusted-host".into(), "idx".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pip_step_ends_its_options_before_the_packages() {
+        let root = tempfile::tempdir().unwrap();
+        let step = pip_step(root.path(), &["numpy==2.0".into()])
+            .unwrap()
+            .unwrap();
+        let dashes = step.argv.iter().position(|a| a == "--").unwrap();
+        assert_eq!(step.argv[dashes + 1..], ["numpy==2.0".to_string()]);
+        assert!(pip_step(root.path(), &[]).unwrap().is_none());
     }
 }

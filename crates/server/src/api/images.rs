@@ -34,7 +34,7 @@ pub async fn build(
     }))
 }
 
-/// Make sure an image exists: a built-in one (busybox, debian, python) is built when
+/// Make sure an image exists: a built-in one (busybox, debian, python, browser) is built when
 /// missing, or a build of it already in flight is joined. Progress streams as NDJSON and
 /// the last line is `done` (at once when the image exists) or `error`.
 #[utoipa::path(post, path = "/v1/images/{name}/ensure", tag = "images",
@@ -62,7 +62,7 @@ where
     let (tx, rx) = mpsc::channel::<BuildEvent>(64);
     let (ptx, mut prx) = mpsc::channel::<String>(64);
     let progress_tx = tx.clone();
-    tokio::spawn(async move {
+    let forward = tokio::spawn(async move {
         while let Some(message) = prx.recv().await {
             let _ = progress_tx.send(BuildEvent::Progress { message }).await;
         }
@@ -75,6 +75,9 @@ where
                 message: e.message(),
             },
         };
+        // The build dropped its progress sender: every line it sent goes out first, so
+        // `done` or `error` is the last line (bounded, should a clone of it live on).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), forward).await;
         let _ = tx.send(last).await;
     });
     super::ndjson::json_lines(rx)

@@ -532,7 +532,7 @@ pub struct ImageList {
 #[serde(deny_unknown_fields)]
 pub struct BuildImage {
     pub name: String,
-    /// `busybox`, `debian` or `python`.
+    /// `busybox`, `debian`, `python` or `browser`.
     pub builder: String,
     #[serde(default)]
     pub apt: Vec<String>,

@@ -10,7 +10,7 @@ use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
 
 /// Builders the runtime offers.
-pub const BUILDERS: [&str; 3] = ["busybox", "debian", "python"];
+pub const BUILDERS: [&str; 4] = ["busybox", "debian", "python", "browser"];
 
 fn check_image_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -60,7 +60,7 @@ pub fn validate_build(req: &BuildImage) -> Result<()> {
     }
     if req.builder == "debian" && !req.pip.is_empty() {
         return Err(Error::Unsupported(
-            "pip packages need the python builder".into(),
+            "pip packages need the python or browser builder".into(),
         ));
     }
     req.apt

@@ -11,6 +11,7 @@ pub fn host_err(e: runtime::Error) -> BackendError {
         runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
         runtime::Error::PoolExhausted => BackendError::Unavailable(e.to_string()),
         runtime::Error::Unsupported(m) => BackendError::Unsupported(m),
+        runtime::Error::NotCheckpointable(_) => BackendError::Conflict(e.to_string()),
         other => BackendError::Host(error_chain(&other)),
     }
 }

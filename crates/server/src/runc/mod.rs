@@ -376,6 +376,7 @@ impl Backend for RuncBackend {
             "busybox" => Source::Busybox,
             "debian" => Source::Debian,
             "python" => Source::Python,
+            "browser" => Source::Browser,
             other => {
                 return Err(BackendError::InvalidInput(format!(
                     "Unknown builder {other:?}"

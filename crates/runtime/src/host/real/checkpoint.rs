@@ -10,24 +10,23 @@ use crate::host::checkpoint::{CheckpointHost, CriuPaths};
 use crate::host::Host;
 use crate::layout::SandboxPaths;
 
-/// Lines of a CRIU log worth quoting in an error: its errors, else its last lines.
-fn criu_log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    // Every CRIU log has a harmless RLIMIT_NOFILE error line.
-    let errors: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("Error") && !l.contains("RLIMIT_NOFILE"))
-        .collect();
-    let picked: Vec<&str> = if errors.is_empty() {
-        text.lines()
-            .rev()
-            .take(3)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect()
-    } else {
-        errors.into_iter().rev().take(3).rev().collect()
+/// Whether a CRIU log line is an error worth quoting (every CRIU log has a harmless
+/// RLIMIT_NOFILE error line).
+fn is_criu_error(line: &str) -> bool {
+    line.contains("Error (") && !line.contains("RLIMIT_NOFILE")
+}
+
+/// Lines of a CRIU log worth quoting in an error: its first errors (the cause; later ones
+/// are consequences) and its last, else its last lines.
+fn criu_log_tail(text: &str) -> String {
+    let errors: Vec<&str> = text.lines().filter(|l| is_criu_error(l)).collect();
+    let picked: Vec<&str> = match errors.len() {
+        0 => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(3)..].to_vec()
+        }
+        1..=3 => errors,
+        n => vec![errors[0], errors[1], errors[n - 1]],
     };
     picked
         .iter()
@@ -35,6 +34,48 @@ fn criu_log_tail(log: &Path) -> String {
         .collect::<Vec<_>>()
         .join(" | ")
 }
+
+/// The process CRIU was working on when it first failed, from the last "(pid: N" header
+/// before the first error line (CRIU logs one per process it dumps).
+fn failing_pid(text: &str) -> Option<u32> {
+    let before: Vec<&str> = text.lines().take_while(|l| !is_criu_error(l)).collect();
+    let header = before
+        .iter()
+        .rev()
+        .find(|l| l.contains("Dumping") && l.contains("(pid: "))?;
+    let rest = header.split("(pid: ").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// CRIU failures that come from what a sandbox's process holds: a plain sentence saying
+/// what to do about it (the checkpoint is then refused as a conflict, not a host failure).
+fn known_cause(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| is_criu_error(l))?;
+    if line.contains("Can't dump ghost file") {
+        let what = line.split("ghost file ").nth(1).unwrap_or("").trim();
+        return Some(format!(
+            "it holds a deleted file open ({what}); files deleted while open are carried \
+             in a memory snapshot up to {GHOST_LIMIT}: close it, or keep it smaller"
+        ));
+    }
+    if line.contains("Stopped tasks are not supported") {
+        return Some("it is stopped; continue it (kill -CONT) first".into());
+    }
+    if line.contains("external") && line.contains("unix") {
+        return Some(format!(
+            "it holds a Unix socket connected to something outside the sandbox ({}); close it first",
+            line.trim()
+        ));
+    }
+    None
+}
+
+/// The size up to which CRIU carries a deleted-but-open file (`ghost-limit` in
+/// [`crate::oci::CRIU_OPTIONS`]).
+pub const GHOST_LIMIT: &str = "64 MiB";
 
 /// Free bytes below which a failed dump is blamed on a full disk: CRIU (and the tar it
 /// runs for tmpfs contents) often logs only that a write or a helper failed.
@@ -49,24 +90,53 @@ fn out_of_space(images: &Path, log: &str) -> bool {
     said || free < NEARLY_FULL
 }
 
-/// Adds what CRIU refused (from its log in the work dir) to a failed runc call, and
-/// says so plainly when the image directory's disk ran full.
+/// Turns a failed runc checkpoint or restore into what CRIU refused, from its log in the
+/// work dir: the process it was working on and its first errors; a refusal caused by what
+/// a process holds becomes [`Error::NotCheckpointable`]; a full image disk is said plainly.
 fn with_criu_log(e: Error, log: &Path, images: &Path) -> Error {
-    match e {
-        Error::Command { command, detail } => {
-            let tail = criu_log_tail(log);
-            let mut detail = if tail.is_empty() {
-                detail
-            } else {
-                format!("{detail}; CRIU: {tail}")
-            };
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            if out_of_space(images, &text) {
-                detail.push_str("; No space left on device for the memory images");
-            }
-            Error::Command { command, detail }
-        }
-        other => other,
+    let Error::Command { command, detail } = e else {
+        return e;
+    };
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let verb = if command.contains(" restore") {
+        "restore"
+    } else {
+        "dump"
+    };
+    let who = failing_pid(&text).map(describe_process);
+    if let (Some(who), Some(cause)) = (&who, known_cause(&text)) {
+        return Error::NotCheckpointable(format!("{who}: {cause}"));
+    }
+    let tail = criu_log_tail(&text);
+    let mut message = match (&who, tail.is_empty()) {
+        (_, true) => format!("runc {verb} failed: {}", first_line(&detail)),
+        (Some(who), false) => format!("CRIU could not {verb} {who}: {tail}"),
+        (None, false) => format!("CRIU could not {verb} the sandbox: {tail}"),
+    };
+    if out_of_space(images, &text) {
+        message.push_str("; No space left on device for the memory images");
+    }
+    Error::Checkpoint(message)
+}
+
+/// runc's error without the log lines it quotes after it.
+fn first_line(detail: &str) -> &str {
+    detail.split(" time=").next().unwrap_or(detail).trim()
+}
+
+/// "process `comm` (pid N in the sandbox)" for host pid `pid`, as far as /proc tells.
+pub(crate) fn describe_process(pid: u32) -> String {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // NSpid lists the pid in each nested namespace; the last is the sandbox's.
+    let inside = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last().map(str::to_string));
+    match (comm.trim(), inside) {
+        ("", _) => format!("process {pid} (host pid)"),
+        (comm, Some(p)) => format!("process {comm} (pid {p} in the sandbox)"),
+        (comm, None) => format!("process {comm} (host pid {pid})"),
     }
 }
 
@@ -75,22 +145,47 @@ fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
 }
 
 impl RealHost {
-    /// CRIU restores the UTS namespace of the checkpointed container: a restored copy
-    /// gets its own hostname (its id) as a fresh sandbox has, set from the host side.
-    fn name_restored(&self, root: &Path, id: &str) -> Result<()> {
-        let pid = self
-            .runc_state(root, id)?
+    fn init_pid(&self, root: &Path, id: &str, op: &str) -> Result<u32> {
+        self.runc_state(root, id)?
             .and_then(|s| s.pid)
             .ok_or_else(|| Error::Command {
-                command: "runc restore".into(),
-                detail: "the restored container has no init process".into(),
-            })?;
+                command: format!("runc {op}"),
+                detail: "the container has no init process".into(),
+            })
+    }
+
+    /// CRIU restores the UTS and IPC namespaces of the checkpointed container: a restored
+    /// copy gets its own hostname (its id) as a fresh sandbox has, and System V segments
+    /// go with their last process again (see [`Self::shm_rmid_forced`]), both set from
+    /// the host side.
+    fn name_restored(&self, root: &Path, id: &str) -> Result<()> {
+        let pid = self.init_pid(root, id, "restore")?;
+        let (key, value) = SHM_RMID_FORCED;
+        let script = format!("hostname \"$1\" && echo {value} > /proc/sys/{key}");
         let mut c = Command::new("nsenter");
         c.arg(format!("--target={pid}"))
-            .args(["--uts", "--", "hostname", id]);
+            .args(["--uts", "--ipc", "--", "sh", "-c", &script, "sh", id]);
+        run(&mut c).map(drop)
+    }
+
+    /// Sets `kernel.shm_rmid_forced` in the sandbox's IPC namespace. It is off while CRIU
+    /// dumps: CRIU restores it before the System V segments, and fills each segment
+    /// through an attach of its own, which with it on removes the segment before the
+    /// process re-attaches it. Turning it on again removes only segments nobody attached.
+    fn shm_rmid_forced(&self, root: &Path, id: &str, on: bool) -> Result<()> {
+        let pid = self.init_pid(root, id, "checkpoint")?;
+        let (key, value) = SHM_RMID_FORCED;
+        let value = if on { value } else { "0" };
+        let script = format!("echo {value} > /proc/sys/{key}");
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--target={pid}"))
+            .args(["--ipc", "--", "sh", "-c", &script]);
         run(&mut c).map(drop)
     }
 }
+
+/// The sandbox's `kernel.shm_rmid_forced` (see [`crate::oci::SYSCTLS`]), as a /proc/sys path.
+const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
 impl CheckpointHost for RealHost {
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
@@ -102,15 +197,18 @@ impl CheckpointHost for RealHost {
     }
 
     fn runc_checkpoint(&self, root: &Path, id: &str, criu: CriuPaths<'_>) -> Result<()> {
+        self.shm_rmid_forced(root, id, false)?;
         let mut c = runc(root);
         c.args(["checkpoint", "--leave-running", "--image-path"])
             .arg(criu.images)
             .arg("--work-path")
             .arg(criu.work)
             .arg(id);
-        run(&mut c)
+        let dumped = run(&mut c)
             .map(drop)
-            .map_err(|e| with_criu_log(e, &criu.work.join("dump.log"), criu.images))
+            .map_err(|e| with_criu_log(e, &criu.work.join("dump.log"), criu.images));
+        let restored = self.shm_rmid_forced(root, id, true);
+        dumped.and(restored)
     }
 
     fn runc_restore(
@@ -146,6 +244,32 @@ impl CheckpointHost for RealHost {
         self.disks().with_mounted(disk, |m| {
             m.seal_frozen().map(|l| l.to_string()).map_err(disk_err)
         })
+    }
+
+    fn undumpable_processes(&self, cgroup: &str) -> Vec<String> {
+        let procs = super::cgroup_dirs(cgroup)
+            .into_iter()
+            .find_map(|d| std::fs::read_to_string(d.join("cgroup.procs")).ok())
+            .unwrap_or_default();
+        procs
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                matches!(state, 'T' | 't').then(|| {
+                    let how = if state == 'T' {
+                        "stopped by a signal"
+                    } else {
+                        "stopped by a debugger"
+                    };
+                    format!(
+                        "{} is {how}; continue it (kill -CONT) first",
+                        describe_process(pid)
+                    )
+                })
+            })
+            .collect()
     }
 
     fn layer_bytes(&self, layer: &str) -> Result<u64> {
@@ -191,5 +315,44 @@ mod tests {
         let msg = with_criu_log(e, &log, dir.path()).to_string();
         assert!(msg.contains("exited, status=2"), "{msg}");
         assert!(msg.contains("No space left on device"), "{msg}");
+    }
+
+    #[test]
+    fn a_ghost_file_names_the_process_and_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("dump.log");
+        let me = std::process::id();
+        std::fs::write(
+            &log,
+            format!(
+                "(00.1) Error (criu/util.c:1534): rlimit: Can't setup RLIMIT_NOFILE\n\
+                 (00.2) Dumping task (pid: {me} comm: python3)\n\
+                 (00.3) Error (criu/files-reg.c:1031): Can't dump ghost file /tmp/big of 2002944 size, increase limit\n\
+                 (00.4) Error (criu/cr-dump.c:1975): Dumping FAILED.\n"
+            ),
+        )
+        .unwrap();
+        let e = Error::Command {
+            command: "runc checkpoint".into(),
+            detail: "exit status: 1: time=... level=warning".into(),
+        };
+        let e = with_criu_log(e, &log, dir.path());
+        assert!(matches!(e, Error::NotCheckpointable(_)), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains("/tmp/big of 2002944 size"), "{msg}");
+        assert!(msg.contains("process "), "{msg}");
+        assert!(msg.contains("64 MiB"), "{msg}");
+    }
+
+    #[test]
+    fn the_first_errors_are_quoted_and_the_process_named() {
+        let text = "Dumping task (pid: 1 comm: init)\n(1) Error (a.c:1): cause\n\
+                    (2) Error (b.c:2): then\n(3) Error (c.c:3): more\n(4) Error (d.c:4): FAILED.\n";
+        assert_eq!(
+            criu_log_tail(text),
+            "(1) Error (a.c:1): cause | (2) Error (b.c:2): then | (4) Error (d.c:4): FAILED."
+        );
+        assert_eq!(failing_pid(text), Some(1));
+        assert_eq!(failing_pid("(1) Error (a.c:1): before any process\n"), None);
     }
 }
