@@ -89,6 +89,14 @@ def test_race(daemon: Daemon, python_image: str) -> None:
     assert_ok(out, "race", ["iteration 1: lr=", "iteration 2: lr=", "lineage:", "deleted 3 snapshots"])
 
 
+def test_browser_pool(daemon: Daemon, checkpoint_routes: None) -> None:
+    """The built-in ``browser`` image (Chromium + Playwright) is built on first use by the
+    example's create, like any built-in image."""
+    out = run_example(daemon, "browser_pool", ["--workers", "3"])
+    assert_ok(out, "browser_pool", ["ready: logged in as alice", "fork 2: logged in as alice", "/orders/2",
+                                    "logged out in fork 0; fork 1 is still logged in", "file locks: "])
+
+
 def test_suspend_resume(daemon: Daemon, checkpoint_routes: None) -> None:
     out = run_example(daemon, "suspend_resume", ["--image", "busybox", "--cycles", "2", "--pause", "0.2"])
     assert_ok(out, "suspend_resume", ["cycle 1: resumed", "cycle 2: resumed", "same process", "terminated example-suspend-"])
