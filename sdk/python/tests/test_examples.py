@@ -97,6 +97,12 @@ def test_browser_pool(daemon: Daemon, checkpoint_routes: None) -> None:
                                     "logged out in fork 0; fork 1 is still logged in", "file locks: "])
 
 
+def test_ml_worker(daemon: Daemon, checkpoint_routes: None) -> None:
+    """Builds its image (python + numba + pandas) through the image route on first use."""
+    out = run_example(daemon, "ml_worker", ["--workers", "3", "--rows", "1000000"])
+    assert_ok(out, "ml_worker", ["scoring function compiled in", "fork 2: threshold 0.9: ", "no recompiling"])
+
+
 def test_suspend_resume(daemon: Daemon, checkpoint_routes: None) -> None:
     out = run_example(daemon, "suspend_resume", ["--image", "busybox", "--cycles", "2", "--pause", "0.2"])
     assert_ok(out, "suspend_resume", ["cycle 1: resumed", "cycle 2: resumed", "same process", "terminated example-suspend-"])
