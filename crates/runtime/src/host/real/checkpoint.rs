@@ -5,7 +5,7 @@ use std::process::Command;
 
 use super::cmd::{self, run};
 use super::{runc, RealHost};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::host::checkpoint::{CheckpointHost, CriuPaths};
 use crate::host::Host;
 use crate::layout::SandboxPaths;
@@ -172,15 +172,31 @@ impl RealHost {
     /// dumps: CRIU restores it before the System V segments, and fills each segment
     /// through an attach of its own, which with it on removes the segment before the
     /// process re-attaches it. Turning it on again removes only segments nobody attached.
+    /// Done from a thread of our own that joins the namespace (no process spawned on the
+    /// checkpoint path): /proc/sys/kernel answers for the writing thread's IPC namespace.
     fn shm_rmid_forced(&self, root: &Path, id: &str, on: bool) -> Result<()> {
         let pid = self.init_pid(root, id, "checkpoint")?;
+        let ns_path = format!("/proc/{pid}/ns/ipc");
+        let ns = std::fs::File::open(&ns_path).at(&ns_path)?;
         let (key, value) = SHM_RMID_FORCED;
         let value = if on { value } else { "0" };
-        let script = format!("echo {value} > /proc/sys/{key}");
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--target={pid}"))
-            .args(["--ipc", "--", "sh", "-c", &script]);
-        run(&mut c).map(drop)
+        let sysctl = Path::new("/proc/sys").join(key);
+        std::thread::spawn(move || {
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWIPC).map_err(|e| {
+                Error::Command {
+                    command: "setns(CLONE_NEWIPC)".into(),
+                    detail: e.to_string(),
+                }
+            })?;
+            std::fs::write(&sysctl, value).at(&sysctl)
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(Error::Command {
+                command: "shm_rmid_forced".into(),
+                detail: "panicked".into(),
+            })
+        })
     }
 }
 
