@@ -8,9 +8,9 @@ by Playwright, logs in through the app's form and holds the session cookie in me
 the browser and its driver, with the file locks Chromium holds on its profile. Each fork
 asks its browser for a page behind the login: the answer shows the session carried over,
 and a logout in one fork leaves the others logged in. The file locks are counted in the
-source and in a fork: the byte-range locks Chromium holds on SQLite databases that it also
-maps into memory do not come back (CRIU restores a mapping by opening and closing its
-file, and a close drops the process's POSIX locks on it; see docs/checkpoints.md).
+source and in a fork: the same, including the byte-range locks Chromium holds on SQLite
+databases it also maps into memory (the CRIU of scripts/setup takes them again after
+restoring the mappings; see docs/checkpoints.md).
 
 Run with the daemon up: python3 examples/browser_pool.py [--workers N] [--image browser]
 (the built-in `browser` image, Debian + Python + Chromium + Playwright, is built on first
