@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm
 
 setup:
 	@scripts/setup
@@ -58,3 +58,11 @@ bench-sandbox: build-release
 bench-fork: build-release
 	@scripts/setup --bench
 	@bench/fork --python --mb 50,500 --fanout 1,8,32
+
+# The examples' warm states (browser, PostgreSQL, ML worker) next to podman + CRIU.
+bench-warm: build-release
+	@scripts/setup --bench
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  scripts/with-daemon python3 bench/warm.py | tee $$out && \
+	  python3 bench/report.py "warm states" "make bench-warm" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc

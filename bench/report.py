@@ -43,7 +43,8 @@ def table(rows) -> str:
     for r in rows:
         unit = r.get("unit", "")
         base = r.get("baseline")
-        base_s = f"{fmt(base)} {unit} ({r.get('baseline_name', '')})" if base is not None else ""
+        # A baseline that could not be measured says why in its name.
+        base_s = f"{fmt(base)} {unit} ({r.get('baseline_name', '')})" if base is not None else r.get("baseline_name", "")
         p99 = f"{fmt(r['p99'])} {unit}" if r.get("p99") is not None else ""
         out.append(f"| {r['name']} | {fmt(r['value'])} {unit} | {p99} | {base_s} | "
                    f"{fmt(r.get('ratio'))} | {r.get('target', '')} |")
