@@ -40,7 +40,7 @@ def daemon() -> Iterator[Daemon]:
         pytest.skip("needs CRIU >= 4.2 (scripts/setup installs it)")
     binary = daemon_binary()
     if binary is None or not implements_serve(binary):
-        pytest.skip("the sandfork daemon is not built (cargo build -p sandfork-cli, or set SANDFORK_BIN)")
+        pytest.skip("the sandfork daemon is not built (cargo build -p sandfork, or set SANDFORK_BIN)")
     d = start_daemon(binary)
     problems: List[str] = []
     try:

@@ -8,7 +8,7 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 use proto::agent::SOCKET_NAME;
 use tokio::net::UnixStream;
 
-use super::{ClientError, Result};
+use crate::{ClientError, Result};
 
 /// Opens `dir/agent.sock` as an `O_PATH` handle without following symlinks and checks it
 /// is a socket.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Mutex;
 
-use super::{unexpected, AgentClient, ClientError, Conn, Result};
-use crate::codec::{FrameReader, FrameWriter};
+use crate::{unexpected, AgentClient, ClientError, Conn, Result};
+use proto::codec::{FrameReader, FrameWriter};
 
 /// How long after its timeout an exec's exit may come: the agent kills the process
 /// group at the timeout and reports at once; more means the agent is stuck or not one.
@@ -130,12 +130,12 @@ impl ExecStream {
                 stream: OutputStream::Stdout,
                 data,
                 ..
-            } => super::check_chunk(&data).map(|()| ExecEvent::Stdout(data))?,
+            } => crate::check_chunk(&data).map(|()| ExecEvent::Stdout(data))?,
             Message::Output {
                 stream: OutputStream::Stderr,
                 data,
                 ..
-            } => super::check_chunk(&data).map(|()| ExecEvent::Stderr(data))?,
+            } => crate::check_chunk(&data).map(|()| ExecEvent::Stderr(data))?,
             Message::Exit(exit) => {
                 self.done = true;
                 ExecEvent::Exit(exit)

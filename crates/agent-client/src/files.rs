@@ -3,7 +3,7 @@
 use proto::agent::{DirEntry, FileStat, Message, Request, CHUNK_SIZE};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{unexpected, AgentClient, ClientError, Conn, Result};
+use crate::{unexpected, AgentClient, ClientError, Conn, Result};
 
 /// A listing larger than this is refused (the agent is not trusted to bound it): in
 /// entries, and in bytes held for them.
@@ -35,7 +35,7 @@ impl FileDownload {
             return Ok(None);
         }
         match self.conn.recv_prompt().await? {
-            Message::Data(d) => super::check_chunk(&d).map(|()| Some(d)),
+            Message::Data(d) => crate::check_chunk(&d).map(|()| Some(d)),
             Message::Eof => {
                 self.done = true;
                 Ok(None)

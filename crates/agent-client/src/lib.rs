@@ -1,9 +1,13 @@
-//! The host side of the agent protocol.
+//! The host side of the agent protocol: [`AgentClient`], what the daemon and the runtime
+//! use to talk to a sandbox's agent. It treats the agent as hostile: bounded reads and
+//! waits, and it never follows a symlink planted in the socket directory.
 //!
 //! Every call opens a fresh connection (no state depends on one staying open, so the
 //! client keeps working across a checkpoint/restore of the sandbox). The socket is reached
 //! without following symlinks: the sandbox can write to the socket directory and could
 //! otherwise point `agent.sock` at any socket on the host.
+
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod connect;
 mod exec;
@@ -17,7 +21,7 @@ use std::time::Duration;
 use proto::agent::{AgentError, HelloInfo, Identity, Message, Request, SOCKET_NAME};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::codec::{CodecError, FrameReader, FrameWriter};
+use proto::codec::{CodecError, FrameReader, FrameWriter};
 
 pub use exec::{ExecEvent, ExecOutput, ExecStdin, ExecStream};
 pub use files::{FileDownload, WriteOptions};

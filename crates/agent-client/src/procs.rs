@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use proto::agent::{ExitInfo, Message, OutputStream, ProcessInfo, Request, SpawnRequest};
 
-use super::{unexpected, AgentClient, Conn, Result};
+use crate::{unexpected, AgentClient, Conn, Result};
 
 /// What an attached client receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl AttachStream {
                 offset,
                 data,
             } => {
-                super::check_chunk(&data)?;
+                crate::check_chunk(&data)?;
                 AttachEvent::Output {
                     stream,
                     offset,

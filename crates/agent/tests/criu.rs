@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agent::proto::{ExitStatus, ProcessState};
-use agent::AgentClient;
+use agent_client::AgentClient;
 use common::{sh, AGENT};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use proto::agent::{ExitStatus, ProcessState};
 
 fn criu() -> Option<PathBuf> {
     ["/usr/local/sbin/criu", "/usr/sbin/criu"]

@@ -4,14 +4,14 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use agent::client::ExecEvent;
-use agent::proto::{ErrorKind, ExecRequest, ExitStatus, StdinMode};
-use agent::ClientError;
+use agent_client::ClientError;
+use agent_client::ExecEvent;
 use common::{sh, sh_stdin, vm_hwm_kib, TestAgent};
+use proto::agent::{ErrorKind, ExecRequest, ExitStatus, StdinMode};
 
 const MAX: usize = 1 << 20;
 
-fn agent_error(e: ClientError) -> agent::proto::AgentError {
+fn agent_error(e: ClientError) -> proto::agent::AgentError {
     match e {
         ClientError::Agent(a) => a,
         other => panic!("expected an agent error, got {other:?}"),

@@ -2,10 +2,10 @@
 
 mod common;
 
-use agent::client::WriteOptions;
-use agent::proto::{ErrorKind, FileKind};
-use agent::ClientError;
+use agent_client::ClientError;
+use agent_client::WriteOptions;
 use common::TestAgent;
+use proto::agent::{ErrorKind, FileKind};
 use tokio::io::AsyncRead;
 
 fn kind(e: ClientError) -> ErrorKind {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agent::AgentClient;
+use agent_client::AgentClient;
 use common::{sh, AGENT};
 
 /// `unshare --pid --fork` running an agent; kills the whole namespace on drop.
@@ -183,7 +183,7 @@ async fn static_agent_runs_without_a_c_library() {
         .await
         .unwrap();
     assert_eq!(out.stdout, b"hi from 0:0\n");
-    let req = agent::proto::ExecRequest {
+    let req = proto::agent::ExecRequest {
         user: Some("1000:1000".into()),
         ..sh("id -u")
     };
@@ -191,7 +191,7 @@ async fn static_agent_runs_without_a_c_library() {
         ns.client.exec_collect(req, 1024).await.unwrap().stdout,
         b"1000\n"
     );
-    let id = agent::proto::Identity {
+    let id = proto::agent::Identity {
         sandbox_id: "sb-1".into(),
         fork_index: 1,
         seed: vec![7; 32],

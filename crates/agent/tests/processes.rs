@@ -4,10 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use agent::client::AttachEvent;
-use agent::proto::{ErrorKind, ExitStatus, OutputStream, ProcessState, StdinMode};
-use agent::{AgentClient, ClientError};
+use agent_client::AttachEvent;
+use agent_client::{AgentClient, ClientError};
 use common::{sh, sh_stdin, TestAgent};
+use proto::agent::{ErrorKind, ExitStatus, OutputStream, ProcessState, StdinMode};
 
 /// Everything an attach delivers, until its last event.
 async fn attach_all(
@@ -172,7 +172,7 @@ async fn stdin_signal_and_wait() {
 #[tokio::test]
 async fn background_timeout_and_waiters() {
     let a = TestAgent::start().await;
-    let req = agent::proto::ExecRequest {
+    let req = proto::agent::ExecRequest {
         timeout_ms: Some(200),
         ..sh("sleep 30")
     };

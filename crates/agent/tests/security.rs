@@ -7,9 +7,9 @@ use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
-use agent::proto::{encode_frame, Message, Preamble, Request, MAX_FRAME};
-use agent::{AgentClient, ClientError};
+use agent_client::{AgentClient, ClientError};
 use common::TestAgent;
+use proto::agent::{encode_frame, Message, Preamble, Request, MAX_FRAME};
 
 #[tokio::test]
 async fn symlinked_socket_is_refused() {
@@ -118,7 +118,7 @@ async fn version_mismatch_is_reported() {
         Preamble::parse(reply[..6].try_into().unwrap()).unwrap(),
         Preamble::current()
     );
-    let rest = agent::proto::decode_frame(&reply[6..]).unwrap();
+    let rest = proto::agent::decode_frame(&reply[6..]).unwrap();
     assert!(
         matches!(rest, Message::Error(ref e) if e.message.contains("999")),
         "{rest:?}"
@@ -147,7 +147,7 @@ async fn client_rejects_a_hostile_agent() {
     assert!(
         matches!(
             e,
-            ClientError::Protocol(agent::proto::ProtoError::FrameTooLarge(_))
+            ClientError::Protocol(proto::agent::ProtoError::FrameTooLarge(_))
         ),
         "{e:?}"
     );
@@ -159,7 +159,7 @@ async fn client_rejects_a_hostile_agent() {
 #[tokio::test]
 async fn identity_is_written_and_exported() {
     let a = TestAgent::start().await;
-    let id = agent::proto::Identity {
+    let id = proto::agent::Identity {
         sandbox_id: "sb-7".into(),
         fork_index: 4,
         seed: vec![0x01, 0xab],
@@ -179,7 +179,7 @@ async fn identity_is_written_and_exported() {
         .await
         .unwrap();
     assert_eq!(out.stdout, b"4 s3\n");
-    let bad = agent::proto::Identity {
+    let bad = proto::agent::Identity {
         sandbox_id: "../x\n".into(),
         fork_index: 0,
         seed: vec![],
@@ -197,7 +197,7 @@ fn frames(mut bytes: &[u8]) -> Vec<Message> {
     let mut out = Vec::new();
     while bytes.len() >= 4 {
         let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize + 4;
-        out.push(agent::proto::decode_frame(&bytes[..len]).unwrap());
+        out.push(proto::agent::decode_frame(&bytes[..len]).unwrap());
         bytes = &bytes[len..];
     }
     out
@@ -207,8 +207,8 @@ fn frames(mut bytes: &[u8]) -> Vec<Message> {
 async fn a_protocol_violation_mid_exec_kills_the_process() {
     let a = TestAgent::start().await;
     let mut s = raw(&a);
-    let req = agent::proto::ExecRequest {
-        stdin: agent::proto::StdinMode::Stream,
+    let req = proto::agent::ExecRequest {
+        stdin: proto::agent::StdinMode::Stream,
         ..common::sh("sleep 30")
     };
     let mut bytes = Preamble::current().to_bytes().to_vec();
@@ -222,7 +222,7 @@ async fn a_protocol_violation_mid_exec_kills_the_process() {
     assert!(start.elapsed() < Duration::from_secs(5));
     let got = frames(&reply[Preamble::LEN..]);
     assert!(matches!(got[0], Message::Started { .. }), "{got:?}");
-    let killed = agent::proto::ExitStatus::Signal {
+    let killed = proto::agent::ExitStatus::Signal {
         signal: 9,
         core_dumped: false,
     };

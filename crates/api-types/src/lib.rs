@@ -1,12 +1,12 @@
-//! The `/v1` wire types (requests refuse unknown fields). The OpenAPI document is derived
-//! from these.
+//! The `/v1` wire types, shared by the daemon (which derives its OpenAPI document from
+//! them), the command line and the SDK generators. Requests refuse unknown fields.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::lifecycle::State;
+pub use model::{SnapshotType, State};
 
 /// Error body of every non-2xx response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -141,6 +141,25 @@ pub struct UpdateSandbox {
     pub allow_out: Option<Vec<String>>,
     /// Replaces the egress deny list (CIDRs) of a sandbox with internet access.
     pub deny_out: Option<Vec<String>>,
+}
+
+/// `PATCH /v1/sandboxes/{id}/labels`: labels to set and keys to remove, applied in one step
+/// (no read-modify-write race between clients tagging the same sandbox).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsPatch {
+    /// Added, or replacing the value of a key already there.
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Removed; a key that is not there is ignored. A key may not be both set and removed.
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+/// A sandbox's labels.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Labels {
+    pub labels: BTreeMap<String, String>,
 }
 
 /// `GET /v1/sandboxes`.
@@ -557,4 +576,116 @@ pub struct Health {
     pub api_version: u32,
     /// The image of sandboxes created without one.
     pub default_image: String,
+}
+
+// Snapshots -------------------------------------------------------------------------
+
+/// `POST /v1/sandboxes/{id}/checkpoint`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRequest {
+    /// `filesystem` (default) or `memory`.
+    #[serde(rename = "type")]
+    pub kind: Option<SnapshotType>,
+    pub name: Option<String>,
+    /// Commands run, in order, in every sandbox started from the snapshot, right after it
+    /// resumes and before it is handed out.
+    #[serde(default)]
+    pub hooks: Vec<ExecRequest>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Snapshot {
+    /// The persistent snapshot id (`snap-…`).
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: SnapshotType,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub source_sandbox_id: Option<String>,
+    pub image: String,
+    /// Bytes the snapshot's own disk layer and memory images occupy.
+    pub size_bytes: u64,
+    /// RFC 3339.
+    pub created_at: String,
+    pub cpus: f64,
+    pub memory_mb: u64,
+    pub disk_mb: u64,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `GET /v1/snapshots`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<Snapshot>,
+}
+
+/// Query of `GET /v1/snapshots`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotQuery {
+    /// Only snapshots of this sandbox.
+    pub source: Option<String>,
+    /// Only snapshots of this type.
+    #[serde(rename = "type")]
+    pub kind: Option<SnapshotType>,
+}
+
+/// Settings of one child of a fork.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChildSpec {
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// `POST /v1/snapshots/{id}/fork` and `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    pub count: u32,
+    /// For every child's new processes.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Per child, by index: added to `env` and `labels`.
+    #[serde(default)]
+    pub per_child: Vec<ChildSpec>,
+    /// Children are named `<prefix>-<index>`.
+    pub name_prefix: Option<String>,
+    /// Idle timeout of every child.
+    pub timeout_secs: Option<u64>,
+}
+
+/// Why one child of a fork failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ChildError {
+    pub code: String,
+    pub message: String,
+}
+
+/// One child of a fork: its sandbox, or why it failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ForkChild {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ChildError>,
+}
+
+/// The answer to a fork.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ForkResult {
+    /// The snapshot the children started from.
+    pub snapshot_id: String,
+    pub children: Vec<ForkChild>,
 }

@@ -171,7 +171,7 @@ fn bench_export(root: &Path, quick: bool, rng: &mut Rng) {
     let (mut export_t, mut stream_t, mut cp_t) = (Vec::new(), Vec::new(), Vec::new());
     let rate = |t: Instant| bytes as f64 / MIB as f64 / t.elapsed().as_secs_f64();
     // Each timed copy starts with no dirty pages left over from the previous one.
-    let settle = || rustix::fs::sync();
+    let settle = nix::unistd::sync;
     for _ in 0..RUNS {
         settle();
         let t = Instant::now();

@@ -399,19 +399,19 @@ fn copy_layer(layer: &Layer, out: &File) -> Result<bool> {
 /// Copies blocks `first..first + count` of `layer` to the current position of `out`.
 /// Returns false, having copied nothing, when the file systems cannot do it in-kernel.
 fn copy_range(layer: &Layer, out: &File, first: u64, count: u64) -> Result<bool> {
-    use rustix::io::Errno;
-    let mut off = first * BLOCK_SIZE;
+    use nix::errno::Errno;
+    let mut off = (first * BLOCK_SIZE) as i64;
     let mut left = count * BLOCK_SIZE;
     while left > 0 {
         let done = left == count * BLOCK_SIZE;
-        let n = match rustix::fs::copy_file_range(
+        let n = match nix::fcntl::copy_file_range(
             layer.data_file(),
             Some(&mut off),
             out,
             None,
             left as usize,
         ) {
-            Err(Errno::INVAL | Errno::XDEV | Errno::NOSYS | Errno::OPNOTSUPP) if done => {
+            Err(Errno::EINVAL | Errno::EXDEV | Errno::ENOSYS | Errno::EOPNOTSUPP) if done => {
                 return Ok(false)
             }
             r => r.map_err(|e| Error::io(format!("copy data of layer {}", layer.id), e.into()))?,

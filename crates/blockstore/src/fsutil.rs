@@ -1,13 +1,13 @@
 //! File-system helpers: atomic metadata writes, locks, hole punching, aligned buffers.
 
 use std::alloc::{self, Layout};
-use std::fs::{self, File};
+use std::fs::{self, File, TryLockError};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::ptr::NonNull;
 
-use rustix::fs::{FallocateFlags, FlockOperation};
+use nix::fcntl::FallocateFlags;
 
 use crate::{Error, Result, BLOCK_SIZE};
 
@@ -83,8 +83,8 @@ pub fn open_data(path: &Path, create: bool, writable: bool, direct: bool) -> Res
 
 /// Frees the space of `[offset, offset + len)` in `file`; the range reads as zeros.
 pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
-    rustix::fs::fallocate(file, flags, offset, len).map_err(io::Error::from)
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    nix::fcntl::fallocate(file, flags, offset as i64, len as i64).map_err(io::Error::from)
 }
 
 /// An advisory lock held on a lock file until dropped.
@@ -103,16 +103,16 @@ pub fn lock(path: &Path, exclusive: bool, wait: bool) -> Result<Option<FileLock>
         .truncate(false)
         .open(path)
         .map_err(|e| Error::io(ctx(), e))?;
-    let op = match (exclusive, wait) {
-        (true, true) => FlockOperation::LockExclusive,
-        (true, false) => FlockOperation::NonBlockingLockExclusive,
-        (false, true) => FlockOperation::LockShared,
-        (false, false) => FlockOperation::NonBlockingLockShared,
+    let taken = match (exclusive, wait) {
+        (true, true) => file.lock().map_err(TryLockError::Error),
+        (true, false) => file.try_lock(),
+        (false, true) => file.lock_shared().map_err(TryLockError::Error),
+        (false, false) => file.try_lock_shared(),
     };
-    match rustix::fs::flock(&file, op) {
+    match taken {
         Ok(()) => Ok(Some(FileLock { _file: file })),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
-        Err(e) => Err(Error::io(ctx(), e.into())),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(Error::io(ctx(), e)),
     }
 }
 

@@ -5,7 +5,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use rustix::fs::SeekFrom;
+use nix::errno::Errno;
+use nix::unistd::{lseek, Whence};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::fsutil::is_zero;
@@ -75,10 +76,10 @@ impl Store {
 fn copy_extents(image: &File, len: u64, layer: &Layer) -> io::Result<()> {
     let mut pos = 0;
     while pos < len {
-        let Some(start) = seek(image, SeekFrom::Data(pos as i64))? else {
+        let Some(start) = seek(image, pos, Whence::SeekData)? else {
             break;
         };
-        let end = seek(image, SeekFrom::Hole(start as i64))?
+        let end = seek(image, start, Whence::SeekHole)?
             .unwrap_or(len)
             .min(len);
         copy_range(image, start / BS * BS, end, layer)?;
@@ -87,10 +88,11 @@ fn copy_extents(image: &File, len: u64, layer: &Layer) -> io::Result<()> {
     Ok(())
 }
 
-fn seek(f: &File, to: SeekFrom) -> io::Result<Option<u64>> {
-    match rustix::fs::seek(f, to) {
-        Ok(p) => Ok(Some(p)),
-        Err(e) if e == rustix::io::Errno::NXIO => Ok(None),
+/// The next data (or hole) offset at or after `from`; `None` past the last data.
+fn seek(f: &File, from: u64, whence: Whence) -> io::Result<Option<u64>> {
+    match lseek(f, from as i64, whence) {
+        Ok(p) => Ok(Some(p as u64)),
+        Err(Errno::ENXIO) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }

@@ -1,13 +1,10 @@
 //! Command-line arguments (clap derive).
 
-use std::path::PathBuf;
+use clap::Subcommand;
 
-use clap::{Parser, Subcommand};
-
-/// Isolated Linux sandboxes: snapshot once, fork many.
-#[derive(Debug, Parser)]
-#[command(name = "sandfork", version, about)]
-pub struct Args {
+/// The flags every client verb takes (the binary flattens them into its own arguments).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
     /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -17,14 +14,10 @@ pub struct Args {
     /// Bearer token for a TCP daemon.
     #[arg(long, global = true, env = "SANDFORK_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the daemon.
-    Serve(ServeArgs),
     /// Create a sandbox and print its id.
     Create(CreateArgs),
     /// List sandboxes.
@@ -50,8 +43,6 @@ pub enum Command {
     /// Manage images.
     #[command(subcommand)]
     Image(ImageCommand),
-    /// Print the OpenAPI document of the HTTP API.
-    Openapi,
     /// Checkpoint a running sandbox into a snapshot and print its id.
     Checkpoint {
         id: String,
@@ -114,36 +105,6 @@ pub enum SnapshotCommand {
     Export { id: String, file: String },
     /// Import a snapshot file (checksums verified) and print its id.
     Import { file: String },
-}
-
-/// `sandfork serve`: flags override the config file, which overrides the defaults.
-#[derive(Debug, clap::Args)]
-pub struct ServeArgs {
-    /// TOML config file (keys as in the flags, with underscores).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// Unix socket path (default <data-dir>/sandfork.sock).
-    #[arg(long)]
-    pub socket: Option<PathBuf>,
-    /// Also listen on TCP (needs --token-file; loopback only unless --allow-remote).
-    #[arg(long)]
-    pub listen: Option<std::net::SocketAddr>,
-    #[arg(long)]
-    pub token_file: Option<PathBuf>,
-    #[arg(long)]
-    pub allow_remote: bool,
-    #[arg(long)]
-    pub max_sandboxes: Option<u32>,
-    #[arg(long)]
-    pub max_memory_mb: Option<u64>,
-    /// Image of sandboxes created without one (default python).
-    #[arg(long)]
-    pub default_image: Option<String>,
-    /// Seconds a create waits for room on a full host before 429 (default 30).
-    #[arg(long)]
-    pub admission_wait_secs: Option<u64>,
 }
 
 /// Resources and settings of a new sandbox.

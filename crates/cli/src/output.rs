@@ -33,8 +33,13 @@ pub fn field(v: &Value, key: &str) -> String {
     }
 }
 
+/// An optional value as display text ("-" when absent).
+pub fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
 /// Pretty JSON on stdout.
-pub fn json(v: &Value) {
+pub fn json(v: &impl serde::Serialize) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 

@@ -15,16 +15,133 @@
 
 use std::path::{Path, PathBuf};
 
-use std::collections::HashMap;
-
-use crate::server::{self, ServeArgs};
-use crate::{DiskSpec, MountOptions, MountedDisk};
 use anyhow::{bail, Context, Result};
 use blockstore::{LayerId, Store};
+use clap::{Args, Parser, Subcommand};
+
+use crate::fuse::FlushMode;
+use crate::server::{self, ServeArgs};
+use crate::{DiskSpec, MountOptions, MountedDisk};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandfork-disk",
+    about = "A block-store disk served as a mounted ext4 filesystem"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve one disk (or a plain file) over FUSE until stopped.
+    Serve(ServeOpts),
+    /// Remove what a crashed disk server left below DIR.
+    Cleanup { dir: PathBuf },
+    /// Create a disk: over an imported raw image, over a layer, or empty.
+    Create(CreateOpts),
+    /// Start a disk server and mount its ext4.
+    Mount(MountOpts),
+    /// Seal a mounted disk's overlay into a layer.
+    Seal(Mounted),
+    /// Unmount and stop a disk (or clean up what a half-made one left).
+    Teardown(Mounted),
+}
+
+#[derive(Debug, Args)]
+struct ServeOpts {
+    #[arg(long, requires = "disk")]
+    store: Option<PathBuf>,
+    #[arg(long, requires = "store")]
+    disk: Option<String>,
+    /// Serve a plain file instead of a disk (baselines).
+    #[arg(long, conflicts_with = "store")]
+    file: Option<PathBuf>,
+    /// Run directory: FUSE mountpoint, control socket, pid and log.
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Written to once the file is served.
+    #[arg(long)]
+    ready_fd: Option<i32>,
+    #[arg(long, default_value_t = crate::fuse::DEFAULT_OPEN_FLAGS)]
+    open_flags: u32,
+    /// Fork, start a new session and log to the run directory.
+    #[arg(long)]
+    detach: bool,
+    /// Without O_DIRECT on the store's data files.
+    #[arg(long)]
+    buffered: bool,
+    #[arg(long)]
+    uring: bool,
+    #[arg(long, default_value_t)]
+    flush: FlushMode,
+}
+
+#[derive(Debug, Args)]
+struct DiskOpts {
+    #[arg(long)]
+    store: PathBuf,
+    #[arg(long)]
+    disk: String,
+}
+
+#[derive(Debug, Args)]
+struct CreateOpts {
+    #[command(flatten)]
+    disk: DiskOpts,
+    /// A raw ext4 image to import as the base layer.
+    #[arg(long, conflicts_with = "base")]
+    image: Option<PathBuf>,
+    /// A sealed layer to start from.
+    #[arg(long)]
+    base: Option<String>,
+    /// Size in bytes (default: the base's).
+    #[arg(long)]
+    size: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+struct Mounted {
+    #[command(flatten)]
+    disk: DiskOpts,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    mountpoint: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct MountOpts {
+    #[command(flatten)]
+    mounted: Mounted,
+    #[arg(long)]
+    threads: Option<usize>,
+    #[arg(long)]
+    buffered: bool,
+    #[arg(long)]
+    uring: bool,
+    #[arg(long)]
+    flush: Option<FlushMode>,
+    #[arg(long)]
+    open_flags: Option<u32>,
+}
+
+impl Mounted {
+    fn spec(&self) -> DiskSpec {
+        DiskSpec {
+            store: self.disk.store.clone(),
+            disk: self.disk.disk.clone(),
+            run_dir: self.dir.clone(),
+        }
+    }
+}
 
 /// Runs the command with this process's arguments; returns the exit status.
 pub fn main() -> i32 {
-    match run() {
+    match run(Cli::parse()) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("sandfork-disk: {e:#}");
@@ -33,150 +150,70 @@ pub fn main() -> i32 {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("serve") => serve(&args[1..]),
-        Some("cleanup") => {
-            let dir = args.get(1).context("cleanup needs a directory")?;
-            let report = crate::cleanup_stale(&PathBuf::from(dir))?;
-            println!("{report:?}");
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve(o) => serve(o),
+        Command::Cleanup { dir } => {
+            println!("{:?}", crate::cleanup_stale(&dir)?);
             Ok(())
         }
-        Some(cmd @ ("create" | "mount" | "seal" | "teardown")) => {
-            let opts = Opts::parse(&args[1..])?;
-            match cmd {
-                "create" => create(&opts),
-                "mount" => mount(&opts),
-                "seal" => seal(&opts),
-                _ => teardown(&opts),
-            }
-        }
-        _ => bail!("usage: sandfork-disk serve|create|mount|seal|teardown|cleanup ..."),
+        Command::Create(o) => create(&o),
+        Command::Mount(o) => mount(&o),
+        Command::Seal(o) => seal(&o),
+        Command::Teardown(o) => teardown(&o),
     }
 }
 
-fn serve(args: &[String]) -> Result<()> {
-    let (serve_args, detach) = parse_serve(args)?;
-    if detach {
-        std::fs::create_dir_all(&serve_args.dir).context("create the run directory")?;
-        server::daemonize(&crate::layout::log_file(&serve_args.dir))?;
+fn serve(o: ServeOpts) -> Result<()> {
+    let args = ServeArgs {
+        store: o.store.zip(o.disk),
+        file: o.file,
+        dir: o.dir,
+        threads: o.threads,
+        ready_fd: o.ready_fd,
+        open_flags: o.open_flags,
+        compact_depth: blockstore::MAX_DEPTH / 2,
+        direct_io: !o.buffered,
+        uring: o.uring,
+        flush: o.flush,
+    };
+    if o.detach {
+        std::fs::create_dir_all(&args.dir).context("create the run directory")?;
+        server::daemonize(&crate::layout::log_file(&args.dir))?;
     }
-    server::serve(&serve_args)?;
+    server::serve(&args)?;
     Ok(())
 }
 
-fn parse_serve(args: &[String]) -> Result<(ServeArgs, bool)> {
-    let mut a = ServeArgs {
-        store: None,
-        file: None,
-        dir: PathBuf::new(),
-        threads: 8,
-        ready_fd: None,
-        open_flags: crate::fuse::DEFAULT_OPEN_FLAGS,
-        compact_depth: blockstore::MAX_DEPTH / 2,
-        direct_io: true,
-        uring: false,
-        flush: Default::default(),
-    };
-    let (mut store, mut name, mut detach) = (None, None, false);
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--store" => store = Some(PathBuf::from(value()?)),
-            "--disk" => name = Some(value()?.clone()),
-            "--file" => a.file = Some(PathBuf::from(value()?)),
-            "--dir" => a.dir = PathBuf::from(value()?),
-            "--threads" => a.threads = value()?.parse().context("--threads")?,
-            "--ready-fd" => a.ready_fd = Some(value()?.parse().context("--ready-fd")?),
-            "--open-flags" => a.open_flags = value()?.parse().context("--open-flags")?,
-            "--detach" => detach = true,
-            "--buffered" => a.direct_io = false,
-            "--uring" => a.uring = true,
-            "--flush" => a.flush = value()?.parse().map_err(anyhow::Error::msg)?,
-            other => bail!("unknown option {other}"),
-        }
-    }
-    if a.dir.as_os_str().is_empty() {
-        bail!("serve needs --dir");
-    }
-    a.store = store.zip(name);
-    Ok((a, detach))
-}
-
-/// `--flag value` pairs of the management subcommands.
-struct Opts(HashMap<String, String>);
-
-impl Opts {
-    fn parse(args: &[String]) -> Result<Opts> {
-        let mut map = HashMap::new();
-        for pair in args.chunks(2) {
-            let flag = pair[0]
-                .strip_prefix("--")
-                .context("expected --flag value")?;
-            let value = pair
-                .get(1)
-                .with_context(|| format!("--{flag} needs a value"))?;
-            map.insert(flag.to_owned(), value.clone());
-        }
-        Ok(Opts(map))
-    }
-
-    fn get(&self, flag: &str) -> Result<&str> {
-        self.0
-            .get(flag)
-            .map(String::as_str)
-            .with_context(|| format!("--{flag} is required"))
-    }
-
-    fn spec(&self) -> Result<DiskSpec> {
-        Ok(DiskSpec {
-            store: self.get("store")?.into(),
-            disk: self.get("disk")?.into(),
-            run_dir: self.get("dir")?.into(),
-        })
-    }
-}
-
 /// Creates a disk: over an imported raw image, over a layer, or empty.
-fn create(o: &Opts) -> Result<()> {
-    let store = Store::open(o.get("store")?.as_ref())?;
-    let base: Option<LayerId> = match (o.0.get("image"), o.0.get("base")) {
-        (Some(img), _) => Some(store.import_image(img.as_ref())?),
+fn create(o: &CreateOpts) -> Result<()> {
+    let store = Store::open(&o.disk.store)?;
+    let base: Option<LayerId> = match (&o.image, &o.base) {
+        (Some(img), _) => Some(store.import_image(img)?),
         (None, Some(id)) => Some(id.parse()?),
         (None, None) => None,
     };
-    let size = match (o.0.get("size"), &base) {
-        (Some(s), _) => s.parse().context("--size")?,
+    let size = match (o.size, &base) {
+        (Some(s), _) => s,
         (None, Some(b)) => store.layer_info(b)?.size,
         (None, None) => bail!("give --image, --base or --size"),
     };
-    store.create_disk(o.get("disk")?, size, base.as_ref())?;
+    store.create_disk(&o.disk.disk, size, base.as_ref())?;
     println!(
         "{}",
-        serde_json::json!({ "disk": o.get("disk")?, "size": size, "base": base })
+        serde_json::json!({ "disk": o.disk.disk, "size": size, "base": base })
     );
     Ok(())
 }
 
-fn mount(o: &Opts) -> Result<()> {
+fn mount(o: &MountOpts) -> Result<()> {
     let mut opts = MountOptions::default();
-    if let Some(t) = o.0.get("threads") {
-        opts.threads = t.parse().context("--threads")?;
-    }
-    if o.0.get("buffered").is_some_and(|b| b == "1") {
-        opts.direct_io = false;
-    }
-    opts.uring = o.0.get("uring").is_some_and(|b| b == "1");
-    if let Some(f) = o.0.get("flush") {
-        opts.flush = f.parse().map_err(anyhow::Error::msg)?;
-    }
-    if let Some(f) = o.0.get("open-flags") {
-        opts.open_flags = f.parse().context("--open-flags")?;
-    }
-    let mnt = std::path::Path::new(o.get("mountpoint")?);
-    let m = MountedDisk::mount(&o.spec()?, mnt, opts)?;
+    opts.threads = o.threads.unwrap_or(opts.threads);
+    opts.direct_io = !o.buffered;
+    opts.uring = o.uring;
+    opts.flush = o.flush.unwrap_or(opts.flush);
+    opts.open_flags = o.open_flags.unwrap_or(opts.open_flags);
+    let m = MountedDisk::mount(&o.mounted.spec(), &o.mounted.mountpoint, opts)?;
     let out = serde_json::json!({
         "pid": m.pid(), "loop": m.loop_device(), "mountpoint": m.mountpoint(),
     });
@@ -184,8 +221,8 @@ fn mount(o: &Opts) -> Result<()> {
     Ok(())
 }
 
-fn seal(o: &Opts) -> Result<()> {
-    let m = MountedDisk::adopt(&o.spec()?, o.get("mountpoint")?.as_ref())?;
+fn seal(o: &Mounted) -> Result<()> {
+    let m = MountedDisk::adopt(&o.spec(), &o.mountpoint)?;
     let (layer, t) = m.seal_timed()?;
     let out = serde_json::json!({
         "layer": layer, "freeze_ms": t.freeze_ms, "seal_ms": t.seal_ms, "thaw_ms": t.thaw_ms,
@@ -196,9 +233,9 @@ fn seal(o: &Opts) -> Result<()> {
 
 /// Tears a mounted disk down; a half-made one (no loop device, or nothing mounted) is
 /// cleaned up from what is found: the mountpoint, then everything below the run directory.
-fn teardown(o: &Opts) -> Result<()> {
-    let spec = o.spec()?;
-    let mountpoint: &Path = o.get("mountpoint")?.as_ref();
+fn teardown(o: &Mounted) -> Result<()> {
+    let spec = o.spec();
+    let mountpoint: &Path = &o.mountpoint;
     match MountedDisk::adopt(&spec, mountpoint) {
         Ok(m) => m.teardown()?,
         Err(e) => {

@@ -342,7 +342,7 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
     std::fs::create_dir_all(&spec.run_dir).map_err(Error::io("create the run directory"))?;
     let (rd, wr) = nix::unistd::pipe().map_err(Error::sys("create the readiness pipe"))?;
     nix::fcntl::fcntl(
-        rd.as_raw_fd(),
+        &rd,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     )
     .map_err(Error::sys("set close-on-exec"))?;

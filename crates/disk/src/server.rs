@@ -381,15 +381,10 @@ pub fn detach_stdio(log: &Path) -> Result<()> {
         .open(log)
         .map_err(Error::io(format!("open {}", log.display())))?;
     let null = File::open("/dev/null").map_err(Error::io("open /dev/null"))?;
-    use std::os::fd::AsRawFd;
-    for (src, dst) in [
-        (null.as_raw_fd(), 0),
-        (log.as_raw_fd(), 1),
-        (log.as_raw_fd(), 2),
-    ] {
-        nix::unistd::dup2(src, dst).map_err(Error::sys("redirect stdio"))?;
-    }
-    Ok(())
+    nix::unistd::dup2_stdin(&null)
+        .and_then(|()| nix::unistd::dup2_stdout(&log))
+        .and_then(|()| nix::unistd::dup2_stderr(&log))
+        .map_err(Error::sys("redirect stdio"))
 }
 
 /// Forks into the background: the parent exits at once (so whoever spawned it can reap

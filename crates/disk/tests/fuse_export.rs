@@ -1,7 +1,6 @@
 //! The FUSE export of a plain-file device, byte for byte (root, real FUSE).
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,7 +141,7 @@ fn punch_hole_and_zero_range_read_as_zeros() {
     f.write_all_at(&pattern(3, 1 << 20), 0).unwrap();
     let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     nix::fcntl::fallocate(
-        f.as_raw_fd(),
+        &f,
         nix::fcntl::FallocateFlags::from_bits_retain(punch),
         1000,
         10_000,
@@ -150,7 +149,7 @@ fn punch_hole_and_zero_range_read_as_zeros() {
     .unwrap();
     let zero = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
     nix::fcntl::fallocate(
-        f.as_raw_fd(),
+        &f,
         nix::fcntl::FallocateFlags::from_bits_retain(zero),
         100_000,
         8192,

@@ -2,15 +2,14 @@
 //!
 //! Every lifecycle operation is a [`Op`]; [`plan`] says, for the current state, which
 //! transitional state the sandbox enters while the operation runs and where it ends on
-//! success or failure. Anything not in the table is refused (HTTP 409 naming the state).
+//! success or failure. Anything not in the table is refused (the daemon answers HTTP 409
+//! naming the state). Normal operation and recovery after a crash go through this table alike.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 /// Where a sandbox is in its life.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Creating,

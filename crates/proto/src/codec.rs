@@ -1,6 +1,6 @@
 //! Async framing over any byte stream: the preamble and length-prefixed [`Message`]s.
 
-use proto::agent::{decode_payload, encode_into, payload_len, Message, Preamble, ProtoError};
+use crate::agent::{decode_payload, encode_into, payload_len, Message, Preamble, ProtoError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 #[derive(Debug, thiserror::Error)]
@@ -13,7 +13,7 @@ pub enum CodecError {
     Truncated,
 }
 
-/// Reads frames; every length is checked against [`proto::agent::MAX_FRAME`] before any
+/// Reads frames; every length is checked against [`crate::agent::MAX_FRAME`] before any
 /// allocation.
 pub struct FrameReader<R> {
     inner: R,

@@ -1,7 +1,8 @@
 //! Wire types shared by the sandfork daemon, CLI and in-sandbox agent.
 //!
-//! [`agent`] is the host↔agent protocol. The types here are plain data (serde), with no
-//! runtime attached, so every side can share them.
+//! [`agent`] is the host↔agent protocol: plain data (serde) that every side shares.
+//! [`codec`] frames it over any async byte stream, for both ends.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod agent;
+pub mod codec;

@@ -156,8 +156,8 @@ async fn destroy(rt: &ContainerRuntime, id: &str) -> Result<()> {
     }
 }
 
-async fn sh(agent: &agent::AgentClient, script: &str) -> Result<String> {
-    let req = agent::proto::ExecRequest {
+async fn sh(agent: &agent_client::AgentClient, script: &str) -> Result<String> {
+    let req = proto::agent::ExecRequest {
         command: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
         env: vec![],
@@ -180,12 +180,12 @@ async fn source(b: &Bench, mb: u64) -> Result<String> {
     let id = b.id("src");
     let sb = b.rt.create(b.spec(id.clone(), mb * 4 + 256, 0)).await?;
     let agent = sb.agent();
-    let mut req = agent::proto::ExecRequest {
+    let mut req = proto::agent::ExecRequest {
         command: "/bin/sh".into(),
         args: vec!["-c".into(), b.holder(mb)],
         ..Default::default()
     };
-    req.stdin = agent::proto::StdinMode::Null;
+    req.stdin = proto::agent::StdinMode::Null;
     agent.spawn(req).await?;
     sh(&agent, "while [ ! -e /tmp/ready ]; do sleep 0.1; done").await?;
     Ok(id)

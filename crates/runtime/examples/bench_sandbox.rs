@@ -96,8 +96,8 @@ fn spec(id: String, image: &ImageRef) -> SandboxSpec {
     }
 }
 
-fn exec_true() -> agent::proto::ExecRequest {
-    agent::proto::ExecRequest {
+fn exec_true() -> proto::agent::ExecRequest {
+    proto::agent::ExecRequest {
         command: "true".into(),
         args: vec![],
         env: vec![],

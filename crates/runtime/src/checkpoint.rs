@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 
 use crate::error::{Error, IoContext, Result};
 use crate::host::CriuPaths;
-use crate::layout::{Record, SandboxPaths};
+use crate::layout::Record;
 use crate::lifecycle::{self, Ctx};
 use crate::spec::SandboxSpec;
 
@@ -71,9 +71,9 @@ pub struct SnapshotSource {
 #[derive(Debug, Clone, Default)]
 pub struct RestoreOptions {
     /// Fork identity told to the agent (written to /etc/sandfork/fork inside).
-    pub identity: Option<agent::proto::Identity>,
+    pub identity: Option<proto::agent::Identity>,
     /// Commands run in order right after the restore; a failing one fails the restore.
-    pub hooks: Vec<agent::proto::ExecRequest>,
+    pub hooks: Vec<proto::agent::ExecRequest>,
 }
 
 fn ms(since: Instant) -> f64 {
@@ -256,7 +256,7 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
     let _ = ctx.host.disk_thaw(&record.names.disk);
     let resumed = ctx.host.runc_resume(&root, name);
     times.paused_ms = ms(t);
-    keep_log(&work, &paths, "dump.log");
+    paths.keep_log(&work, "dump.log");
     let layer = dumped?;
     resumed?;
     times.total_ms = ms(t);
@@ -286,11 +286,6 @@ fn restrict_to_owner(dir: &Path) -> Result<()> {
 }
 
 /// Moves a CRIU log into the sandbox's logs and removes the work directory.
-fn keep_log(work: &Path, paths: &SandboxPaths, log: &str) {
-    let _ = std::fs::rename(work.join(log), paths.logs().join(log));
-    let _ = std::fs::remove_dir_all(work);
-}
-
 /// Total size of the regular files in `dir` (not recursive: CRIU images are flat).
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -303,27 +298,6 @@ pub fn dir_bytes(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
-}
-
-/// `runc restore` into a prepared bundle (called by the lifecycle's start step).
-pub(crate) fn runc_restore(
-    ctx: &Ctx<'_>,
-    paths: &SandboxPaths,
-    record: &Record,
-    images: &Path,
-) -> Result<()> {
-    let work = paths.dir.join("criu-restore");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir(&work).at(&work)?;
-    let criu = CriuPaths {
-        images,
-        work: &work,
-    };
-    let r = ctx
-        .host
-        .runc_restore(&ctx.runc_root(), &record.names.container, paths, criu);
-    keep_log(&work, paths, "restore.log");
-    r
 }
 
 /// Creates sandbox `spec.id` from a snapshot: a disk forked from its layer, then a warm
@@ -357,7 +331,7 @@ pub fn restore(ctx: &Ctx<'_>, mut spec: SandboxSpec, from: &SnapshotSource) -> R
 }
 
 /// Tells a restored sandbox's agent its identity and runs the after-restore hooks.
-pub async fn after_restore(agent: &agent::AgentClient, opts: RestoreOptions) -> Result<()> {
+pub async fn after_restore(agent: &agent_client::AgentClient, opts: RestoreOptions) -> Result<()> {
     if let Some(identity) = opts.identity {
         agent
             .set_identity(identity)

@@ -224,7 +224,7 @@ impl Runtime for ContainerRuntime {
             .await
     }
 
-    async fn agent(&self, id: &str) -> Result<agent::AgentClient> {
+    async fn agent(&self, id: &str) -> Result<agent_client::AgentClient> {
         let id = id.to_string();
         let handle = self.blocking(move |i| {
             let record = lifecycle::load(&i.ctx(), &id)?;

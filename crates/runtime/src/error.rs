@@ -46,7 +46,7 @@ pub enum Error {
     Layer {
         layer: PathBuf,
         #[source]
-        source: crate::image::UnpackError,
+        source: crate::image::unpack::UnpackError,
     },
     #[error("Checkpoint failed: {0}")]
     Checkpoint(String),

@@ -9,7 +9,7 @@ mod command;
 mod fsck;
 mod layers;
 pub mod rootfs;
-mod unpack;
+pub(crate) mod unpack;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -51,8 +51,8 @@ pub struct SandboxHandle {
 impl SandboxHandle {
     /// A client for the sandbox's agent (exec, files, processes), pinned to the agent's
     /// process when it is known.
-    pub fn agent(&self) -> agent::AgentClient {
-        let client = agent::AgentClient::new(&self.socket_dir);
+    pub fn agent(&self) -> agent_client::AgentClient {
+        let client = agent_client::AgentClient::new(&self.socket_dir);
         match self.init_pid {
             Some(pid) => client.pinned_to(pid),
             None => client,
@@ -89,7 +89,7 @@ pub trait Runtime: Send + Sync {
     /// leaves nothing behind.
     async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle>;
     /// A client for a sandbox's agent: the exec channel.
-    async fn agent(&self, id: &str) -> Result<agent::AgentClient>;
+    async fn agent(&self, id: &str) -> Result<agent_client::AgentClient>;
     /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
     async fn stop(&self, id: &str) -> Result<()>;
     /// Boots a stopped sandbox again on its disk.

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::warn;
 
-use crate::error::{Error, Result};
-use crate::host::{ContainerStatus, Host};
+use crate::error::{Error, IoContext, Result};
+use crate::host::{ContainerStatus, CriuPaths, Host};
 use crate::layout::{Layout, Names, Record, SandboxPaths};
 use crate::net::{self, NetConfig};
 use crate::oci;
@@ -190,7 +190,7 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     done.push(Step::Container);
     let t = std::time::Instant::now();
     match ctx.restore_images {
-        Some(images) => crate::checkpoint::runc_restore(ctx, paths, record, images)?,
+        Some(images) => runc_restore(ctx, paths, record, images)?,
         None => ctx
             .host
             .runc_run(&ctx.runc_root(), &record.names.container, paths)?,
@@ -373,6 +373,22 @@ fn owner(paths: &SandboxPaths) -> String {
 fn nofile_limit() -> u64 {
     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map_or(1024, |(_, hard)| hard.min(1 << 20))
+}
+
+/// `runc restore` into a prepared bundle (the start step of a sandbox made from memory images).
+fn runc_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, images: &Path) -> Result<()> {
+    let work = paths.dir.join("criu-restore");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir(&work).at(&work)?;
+    let criu = CriuPaths {
+        images,
+        work: &work,
+    };
+    let r = ctx
+        .host
+        .runc_restore(&ctx.runc_root(), &record.names.container, paths, criu);
+    paths.keep_log(&work, "restore.log");
+    r
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use agent::proto::Identity;
 use common::{req, sh, unique_id, TestEnv};
+use proto::agent::Identity;
 use runtime::{CheckpointKind, RestoreOptions, Runtime, SnapshotSource};
 
 /// Starts a process holding a value only in memory (its file is deleted) that rewrites
@@ -14,7 +14,7 @@ const WORKLOAD: &str = "echo -n warm-$RANDOM$RANDOM > /seed; mkdir -p /www; echo
     (v=$(cat /seed); rm /seed; i=0; while :; do echo \"$v $i\" > /tmp/out; i=$((i+1)); sleep 0.05; done) \
     </dev/null >/dev/null 2>&1 & httpd -p 8080 -h /www; sleep 0.3; cat /tmp/out";
 
-async fn wait_file(agent: &agent::AgentClient, path: &str) -> String {
+async fn wait_file(agent: &agent_client::AgentClient, path: &str) -> String {
     for _ in 0..100 {
         let (code, out, _) = sh(agent, &format!("cat {path} 2>/dev/null")).await;
         if code == Some(0) && !out.is_empty() {

@@ -2,8 +2,8 @@
 
 mod common;
 
-use agent::proto::StdinMode;
 use common::{req, sh, TestEnv};
+use proto::agent::StdinMode;
 use runtime::Runtime;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,14 +163,14 @@ async fn large_output_streams() {
     let mut total = 0usize;
     let exit = loop {
         match stream.next().await.unwrap() {
-            Some(agent::client::ExecEvent::Stdout(d)) => total += d.len(),
-            Some(agent::client::ExecEvent::Stderr(_)) => {}
-            Some(agent::client::ExecEvent::Exit(e)) => break e,
+            Some(agent_client::ExecEvent::Stdout(d)) => total += d.len(),
+            Some(agent_client::ExecEvent::Stderr(_)) => {}
+            Some(agent_client::ExecEvent::Exit(e)) => break e,
             None => panic!("stream closed early"),
         }
     };
     assert_eq!(total, 100 << 20);
-    assert_eq!(exit.status, agent::proto::ExitStatus::Code(0));
+    assert_eq!(exit.status, proto::agent::ExitStatus::Code(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,5 +1,86 @@
-//! The `sandfork` binary: everything lives in the `cli` library.
+//! The `sandfork` binary: one file carries the whole host side.
+//!
+//! - `sandfork serve` runs the daemon (crate `server`);
+//! - started as `sandfork-disk` (the daemon does, for each disk server) it is the disk
+//!   server (crate `disk`);
+//! - every other verb is the command line, a client of the daemon's `/v1` API (crate `cli`,
+//!   which knows nothing of the daemon but its API types).
+
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+/// Isolated Linux sandboxes: snapshot once, fork many.
+#[derive(Debug, Parser)]
+#[command(name = "sandfork", version, about)]
+struct Args {
+    #[command(flatten)]
+    client: cli::ClientArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Serve(serve::ServeArgs),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
+    #[command(flatten)]
+    Client(cli::Command),
+}
 
 fn main() {
-    std::process::exit(cli::main());
+    std::process::exit(run());
+}
+
+fn run() -> i32 {
+    let exe = std::env::args_os().next().map(std::path::PathBuf::from);
+    if exe.as_deref().and_then(|p| p.file_name()) == Some("sandfork-disk".as_ref()) {
+        return disk::cli::main();
+    }
+    // This very binary (even once an upgrade replaced its file): disk servers are always
+    // the daemon's own build.
+    disk::use_server_binary("/proc/self/exe".into());
+    let args = Args::parse();
+    let command = match args.command {
+        Command::Openapi => {
+            cli::quiet_on_closed_stdout();
+            print!("{}", server::api::openapi_json());
+            return 0;
+        }
+        Command::Serve(s) => Run::Serve(s),
+        Command::Client(c) => {
+            cli::quiet_on_closed_stdout();
+            Run::Client(args.client, c)
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    let result = rt.block_on(async {
+        match command {
+            Run::Serve(s) => serve::serve(s).await,
+            Run::Client(a, c) => cli::run(a, c).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", cli::one_line(&e));
+            1
+        }
+    }
+}
+
+enum Run {
+    Serve(serve::ServeArgs),
+    Client(cli::ClientArgs, cli::Command),
 }

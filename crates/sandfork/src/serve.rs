@@ -4,7 +4,35 @@ use anyhow::{Context, Result};
 use server::Config;
 use tracing_subscriber::EnvFilter;
 
-use crate::args::ServeArgs;
+/// `sandfork serve`: flags override the config file, which overrides the defaults.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// TOML config file (keys as in the flags, with underscores).
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Unix socket path (default <data-dir>/sandfork.sock).
+    #[arg(long)]
+    pub socket: Option<std::path::PathBuf>,
+    /// Also listen on TCP (needs --token-file; loopback only unless --allow-remote).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
+    #[arg(long)]
+    pub allow_remote: bool,
+    #[arg(long)]
+    pub max_sandboxes: Option<u32>,
+    #[arg(long)]
+    pub max_memory_mb: Option<u64>,
+    /// Image of sandboxes created without one (default python).
+    #[arg(long)]
+    pub default_image: Option<String>,
+    /// Seconds a create waits for room on a full host before 429 (default 30).
+    #[arg(long)]
+    pub admission_wait_secs: Option<u64>,
+}
 
 /// The configuration: defaults, then the config file, then flags.
 pub fn config_of(a: ServeArgs) -> Result<Config> {

@@ -10,13 +10,12 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use model::SnapshotType;
 use proto::agent::{
     DirEntry, ExecRequest, ExitInfo, FileStat, OutputStream, ProcessInfo, SpawnRequest,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
-
-use crate::snapshots::{Checkpointed, RestoreFrom, SnapshotType};
 
 /// Capacity of every stream channel between the backend and the API (in chunks).
 pub const STREAM_DEPTH: usize = 16;
@@ -280,4 +279,22 @@ pub trait Backend: Send + Sync + 'static {
 
 fn no_snapshots() -> BackendError {
     BackendError::Unsupported("This backend has no checkpoints".into())
+}
+
+/// A checkpoint as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpointed {
+    pub layer_id: String,
+    pub memory_dir: Option<PathBuf>,
+    /// Bytes of the new layer plus the memory images.
+    pub size_bytes: u64,
+}
+
+/// What a restore starts from and what happens in the child before it is handed out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RestoreFrom {
+    pub layer_id: String,
+    pub memory_dir: Option<PathBuf>,
+    pub identity: Option<proto::agent::Identity>,
+    pub hooks: Vec<proto::agent::ExecRequest>,
 }

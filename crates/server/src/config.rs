@@ -195,25 +195,6 @@ impl Config {
         Ok(())
     }
 
-    /// The admission caps on a host with `host_total_mb` of memory (0 = unknown).
-    pub fn admission_policy(&self, host_total_mb: u64) -> crate::manager::Policy {
-        let max_limits_mb = match (self.max_memory_mb, host_total_mb) {
-            (0, 0) => u64::MAX,
-            (0, total) => (total as f64 * self.memory_overcommit) as u64,
-            (cap, _) => cap,
-        };
-        let reserve_mb = match self.memory_reserve_mb {
-            0 => (host_total_mb / 20).max(512),
-            r => r,
-        };
-        crate::manager::Policy {
-            max_sandboxes: self.max_sandboxes as usize,
-            max_limits_mb,
-            reserve_mb,
-            disk_reserve_mb: self.disk_reserve_mb,
-        }
-    }
-
     /// Reads the bearer token (trimmed); an empty token is refused.
     pub fn read_token(&self) -> Result<Option<String>, ConfigError> {
         let Some(path) = &self.token_file else {
@@ -254,27 +235,6 @@ mod tests {
         assert_eq!(c.disk_flush, runtime::FlushMode::Durable);
         let err = Config::from_toml("disk_flush = \"sometimes\"").unwrap_err();
         assert!(err.to_string().contains("sometimes"), "{err}");
-    }
-
-    #[test]
-    fn admission_overcommits_the_hosts_memory_unless_capped() {
-        let c = Config::default();
-        let p = c.admission_policy(24 << 10);
-        assert_eq!(p.max_limits_mb, 48 << 10);
-        assert_eq!(p.reserve_mb, (24 << 10) / 20);
-        assert_eq!(c.admission_policy(4 << 10).reserve_mb, 512);
-        let capped = Config {
-            max_memory_mb: 300,
-            memory_reserve_mb: 7,
-            ..Config::default()
-        };
-        let p = capped.admission_policy(24 << 10);
-        assert_eq!((p.max_limits_mb, p.reserve_mb), (300, 7));
-        let bad = Config {
-            memory_overcommit: 0.0,
-            ..Config::default()
-        };
-        assert!(bad.validate().is_err());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The daemon's error: one enum every front end maps to a status and a `{code, message}`.
 
+use model::State;
+
 use crate::backend::BackendError;
-use crate::lifecycle::State;
 use crate::store::StoreError;
 
 /// What went wrong serving a request.
@@ -32,6 +33,9 @@ pub enum Error {
     Backend(BackendError),
     #[error("State database failed: {0}")]
     Store(#[source] StoreError),
+    /// No id could be made: the system's random number generator failed.
+    #[error(transparent)]
+    Ids(#[from] model::IdError),
 }
 
 /// Whether an error message (with its sources) says a disk is full: `ENOSPC` from any
@@ -128,7 +132,7 @@ impl Error {
             Error::Backend(BackendError::TimedOut(_)) => (408, "timed_out"),
             Error::Backend(BackendError::Unavailable(_)) => (503, "unavailable"),
             Error::Backend(_) => (500, "runtime_error"),
-            Error::Store(_) => (500, "internal"),
+            Error::Store(_) | Error::Ids(_) => (500, "internal"),
         }
     }
 
@@ -149,7 +153,7 @@ impl Error {
             Error::ShuttingDown => Error::ShuttingDown,
             Error::ExecFailed(m) => Error::ExecFailed(m.clone()),
             Error::Backend(b) => Error::Backend(b.clone()),
-            Error::Store(_) => Error::Backend(BackendError::Host(self.message())),
+            Error::Store(_) | Error::Ids(_) => Error::Backend(BackendError::Host(self.message())),
         }
     }
 

@@ -6,15 +6,13 @@
 //!                                 └─► backend (trait) ─► container runtime + agent
 //! ```
 //! Every front end (HTTP, CLI through HTTP) reaches sandboxes through [`manager::Manager`];
-//! the allowed lifecycle transitions are written down once, in [`lifecycle`].
+//! the allowed lifecycle transitions are written down once, in [`model::lifecycle`].
 
 pub mod api;
 pub mod backend;
 pub mod config;
 pub mod daemon;
 pub mod error;
-mod ids;
-pub mod lifecycle;
 pub mod listen;
 pub mod logs;
 pub mod manager;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::lifecycle::State;
+use model::State;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -163,7 +163,7 @@ fn render_states(out: &mut String, states: &BTreeMap<State, u64>) {
         out,
         "# HELP sandfork_sandboxes Sandboxes by state.\n# TYPE sandfork_sandboxes gauge"
     );
-    for s in crate::lifecycle::ALL_STATES {
+    for s in model::ALL_STATES {
         let n = states.get(&s).copied().unwrap_or(0);
         let _ = writeln!(out, "sandfork_sandboxes{{state=\"{s}\"}} {n}");
     }

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use crate::api::types::{Image, Sandbox};
 use crate::backend::BootSpec;
+use api_types::{Image, Sandbox};
 
 /// Numbered migrations; index + 1 is the version each one brings the schema to.
 const MIGRATIONS: &[&str] = &[

@@ -280,3 +280,27 @@ fn tcp_listener_requires_the_token() {
         "the socket needs no token"
     );
 }
+
+#[test]
+fn labels_are_patched_in_one_step() {
+    let d = TestDaemon::start();
+    let c = d.client();
+    let id = d.create(json!({"memory_mb": 128, "labels": {"team": "rl", "run": "1"}}));
+    let path = format!("/v1/sandboxes/{id}/labels");
+    let (s, v) = c.json(
+        Method::PATCH,
+        &path,
+        Some(json!({"set": {"run": "2"}, "remove": ["team"]})),
+    );
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"labels": {"run": "2"}}));
+    assert_eq!(
+        c.get(&format!("/v1/sandboxes/{id}")).1["labels"],
+        json!({"run": "2"})
+    );
+    let (s, v) = c.json(Method::PATCH, &path, Some(json!({"set": {"bad key": "x"}})));
+    assert_error(s, &v, 400, "invalid_argument");
+    let (s, v) = c.json(Method::PATCH, &path, Some(json!({"sett": {}})));
+    assert_error(s, &v, 400, "invalid_argument");
+    c.json(Method::DELETE, &format!("/v1/sandboxes/{id}"), None);
+}

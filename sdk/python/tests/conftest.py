@@ -19,7 +19,7 @@ def daemon() -> Iterator[Daemon]:
     """The daemon, with ``SANDFORK_URL`` pointing at it for the whole session."""
     binary = daemon_binary()
     if binary is None:
-        pytest.skip("the sandfork daemon is not built (cargo build -p sandfork-cli, or set SANDFORK_BIN)")
+        pytest.skip("the sandfork daemon is not built (cargo build -p sandfork, or set SANDFORK_BIN)")
     if not implements_serve(binary):
         pytest.skip(f"{binary} does not implement `serve --data-dir --socket` yet")
     d = start_daemon(binary)

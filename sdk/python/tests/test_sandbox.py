@@ -29,6 +29,20 @@ def test_create_run_terminate(daemon) -> None:
     sb.terminate()  # idempotent
 
 
+def test_labels_are_set_and_removed_in_one_step(daemon) -> None:
+    with Sandbox.create(image="busybox", memory_mb=64, labels={"team": "rl", "run": "1"}) as sb:
+        assert sb.update_labels(set={"run": "2", "stage": "eval"}, remove=["team"]) == {"run": "2", "stage": "eval"}
+        assert sb.info().labels == {"run": "2", "stage": "eval"}
+        with pytest.raises(sandfork.RemoteAPIError) as bad:
+            sb.update_labels(set={"bad key": "x"})
+        assert bad.value.status_code == 400 and "Label key" in bad.value.message
+        with pytest.raises(sandfork.InvalidArgumentError):
+            sb.update_labels()
+        with pytest.raises(TypeError):
+            sb.update_labels(remove="team")
+        assert sb.info().labels == {"run": "2", "stage": "eval"}, "a refused update changed nothing"
+
+
 def test_run_accepts_a_list_command(sandbox: Sandbox) -> None:
     assert sandbox.run(["echo", "a", "b"]).stdout == "a b"
 

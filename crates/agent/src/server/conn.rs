@@ -4,22 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proto::agent::{AgentError, ErrorKind, Message, Request};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
-use crate::codec::{FrameReader, FrameWriter};
+use proto::codec::{FrameReader, FrameWriter};
 
+use super::wire::{send_error, Reader, Writer};
 use super::{exec, files, identity, supervise, Agent};
-
-pub type Reader = FrameReader<OwnedReadHalf>;
-pub type Writer = FrameWriter<OwnedWriteHalf>;
 
 /// How long a client may take to send its preamble and request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-pub async fn send_error(writer: &mut Writer, e: AgentError) {
-    let _ = writer.send(&Message::Error(e)).await;
-}
 
 pub async fn serve(agent: Arc<Agent>, stream: UnixStream) {
     let (r, w) = stream.into_split();

@@ -5,9 +5,9 @@ use proto::agent::{ExecRequest, ExitInfo, Message, OutputStream, StdinMode};
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 
-use super::conn::{Reader, Writer};
 use super::group::Group;
 use super::pump::{pump, OutputSink};
+use super::wire::{Reader, Writer};
 use super::Agent;
 
 struct SocketSink<'a> {
@@ -31,7 +31,7 @@ impl OutputSink for SocketSink<'_> {
 pub async fn exec(agent: &Agent, req: ExecRequest, reader: Reader, mut writer: Writer) {
     let child = match super::spawn::spawn(&agent.reaper, &req, &agent.base_env()) {
         Ok(c) => c,
-        Err(e) => return super::conn::send_error(&mut writer, e).await,
+        Err(e) => return super::wire::send_error(&mut writer, e).await,
     };
     let group = Group::new(child.pid, child.exit.clone());
     // Pids are positive.

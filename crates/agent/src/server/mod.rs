@@ -12,7 +12,9 @@ mod reaper;
 mod ring;
 mod spawn;
 mod supervise;
+mod supervisor;
 mod user;
+mod wire;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;

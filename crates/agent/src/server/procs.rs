@@ -14,14 +14,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
-use super::conn::{Reader, Writer};
 use super::errors::invalid;
 use super::group::Group;
 use super::pump::{pump, OutputSink};
 use super::reaper::Reaper;
 use super::ring::Ring;
-use super::supervise::Supervisor;
-use crate::codec::CodecError;
+use super::supervisor::Supervisor;
+use super::wire::{Reader, Writer};
+use proto::codec::CodecError;
 
 /// Output kept per stream of each background process.
 pub const RING_CAPACITY: usize = 1 << 20;

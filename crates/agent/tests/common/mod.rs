@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use agent::proto::{ExecRequest, StdinMode};
-use agent::AgentClient;
+use agent_client::AgentClient;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use proto::agent::{ExecRequest, StdinMode};
 use tempfile::TempDir;
 
 pub const AGENT: &str = env!("CARGO_BIN_EXE_sandfork-agent");

@@ -4,17 +4,16 @@ mod cp;
 mod image;
 mod run;
 mod sandbox;
-mod serve;
 mod snapshot;
 
 use anyhow::{bail, Result};
 
-use crate::args::{Args, Command};
+use crate::args::{ClientArgs, Command};
 use crate::client::Client;
 
 /// Parses `K=V` pairs.
-pub fn parse_env(pairs: &[String]) -> Result<serde_json::Map<String, serde_json::Value>> {
-    let mut env = serde_json::Map::new();
+pub fn parse_env(pairs: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut env = std::collections::BTreeMap::new();
     for p in pairs {
         let Some((k, v)) = p.split_once('=') else {
             bail!("invalid --env {p:?}: use K=V")
@@ -24,18 +23,11 @@ pub fn parse_env(pairs: &[String]) -> Result<serde_json::Map<String, serde_json:
     Ok(env)
 }
 
-/// Runs one command line.
-pub async fn run(args: Args) -> Result<i32> {
-    if let Command::Serve(s) = args.command {
-        return serve::serve(s).await;
-    }
-    if let Command::Openapi = args.command {
-        print!("{}", server::api::openapi_json());
-        return Ok(0);
-    }
+/// Runs one client verb; returns the process exit code.
+pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
     let client = Client::from_url(args.url.as_deref(), args.token.clone())?;
     let json = args.json;
-    match args.command {
+    match command {
         Command::Create(c) => sandbox::create(&client, c, json).await,
         Command::Ls { state } => sandbox::list(&client, state, json).await,
         Command::Inspect { id } => sandbox::inspect(&client, &id).await,
@@ -51,7 +43,6 @@ pub async fn run(args: Args) -> Result<i32> {
         Command::Suspend { ids } => snapshot::suspend_resume(&client, &ids, "suspend", json).await,
         Command::Resume { ids } => snapshot::suspend_resume(&client, &ids, "resume", json).await,
         Command::Snapshot(c) => snapshot::snapshot(&client, c, json).await,
-        Command::Serve(_) | Command::Openapi => Ok(0),
     }
 }
 

@@ -1,11 +1,14 @@
 //! checkpoint, fork, suspend, resume, snapshot ls|rm|export|import.
 
 use anyhow::{Context, Result};
+use api_types::{
+    CheckpointRequest, ForkChild, ForkRequest, ForkResult, Sandbox, Snapshot, SnapshotList,
+    SnapshotType,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::Method;
-use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio_util::io::ReaderStream;
 
@@ -14,11 +17,11 @@ use crate::args::{ForkArgs, SnapshotCommand};
 use crate::client::{encode, full, Client};
 use crate::output;
 
-fn print_snapshot(s: &Value, json: bool) {
+fn print_snapshot(s: &Snapshot, json: bool) {
     if json {
         output::json(s);
     } else {
-        println!("{}", output::field(s, "id"));
+        println!("{}", s.id);
     }
 }
 
@@ -29,22 +32,29 @@ pub async fn checkpoint(
     name: Option<String>,
     json: bool,
 ) -> Result<i32> {
-    let mut body = json!({ "type": if memory { "memory" } else { "filesystem" } });
-    if let Some(n) = name {
-        body["name"] = n.into();
-    }
+    let body = CheckpointRequest {
+        kind: Some(if memory {
+            SnapshotType::Memory
+        } else {
+            SnapshotType::Filesystem
+        }),
+        name,
+        ..CheckpointRequest::default()
+    };
     let path = format!("/v1/sandboxes/{}/checkpoint", encode(id));
-    let snap: Value = client.json(Method::POST, &path, Some(&body)).await?;
+    let snap: Snapshot = client.json(Method::POST, &path, Some(&body)).await?;
     print_snapshot(&snap, json);
     Ok(0)
 }
 
 /// Forks a snapshot (`snap-…`) or a running sandbox; exits 1 if any child failed.
 pub async fn fork(client: &Client, f: ForkArgs, json: bool) -> Result<i32> {
-    let mut body = json!({ "count": f.count, "env": parse_env(&f.env)? });
-    if let Some(p) = &f.name_prefix {
-        body["name_prefix"] = p.clone().into();
-    }
+    let body = ForkRequest {
+        count: f.count,
+        env: parse_env(&f.env)?,
+        name_prefix: f.name_prefix.clone(),
+        ..ForkRequest::default()
+    };
     let path = if f.source.starts_with("snap-") {
         format!("/v1/snapshots/{}/fork", encode(&f.source))
     } else {
@@ -56,28 +66,28 @@ pub async fn fork(client: &Client, f: ForkArgs, json: bool) -> Result<i32> {
         s.enable_steady_tick(std::time::Duration::from_millis(100));
         s
     });
-    let reply: Result<Value> = client.json(Method::POST, &path, Some(&body)).await;
+    let reply: Result<ForkResult> = client.json(Method::POST, &path, Some(&body)).await;
     if let Some(s) = spinner {
         s.finish_and_clear();
     }
     let reply = reply?;
-    let children = reply["children"].as_array().cloned().unwrap_or_default();
-    let failed = children.iter().filter(|c| !c["error"].is_null()).count();
+    let failed = reply.children.iter().filter(|c| c.error.is_some()).count();
     if json {
         output::json(&reply);
     } else {
-        let rows = children.iter().map(child_row).collect::<Vec<_>>();
+        let rows = reply.children.iter().map(child_row).collect::<Vec<_>>();
         output::table(&["INDEX", "SANDBOX", "ADDRESS", "ERROR"], &rows);
     }
     Ok(i32::from(failed > 0))
 }
 
-fn child_row(c: &Value) -> Vec<String> {
+fn child_row(c: &ForkChild) -> Vec<String> {
+    let sandbox = c.sandbox.as_ref();
     vec![
-        output::field(c, "index"),
-        output::field(&c["sandbox"], "id"),
-        output::field(&c["sandbox"]["network"], "address"),
-        output::field(&c["error"], "message"),
+        c.index.to_string(),
+        output::or_dash(sandbox.map(|s| s.id.clone())),
+        output::or_dash(sandbox.and_then(|s| s.network.address.clone())),
+        output::or_dash(c.error.as_ref().map(|e| e.message.clone())),
     ]
 }
 
@@ -90,15 +100,11 @@ pub async fn suspend_resume(
 ) -> Result<i32> {
     for id in ids {
         let path = format!("/v1/sandboxes/{}/{verb}", encode(id));
-        let sb: Value = client.json(Method::POST, &path, None::<&()>).await?;
+        let sb: Sandbox = client.json(Method::POST, &path, None::<&()>).await?;
         if json {
             output::json(&sb);
         } else {
-            println!(
-                "{} {}",
-                output::field(&sb, "id"),
-                output::field(&sb, "state")
-            );
+            println!("{} {}", sb.id, sb.state);
         }
     }
     Ok(0)
@@ -110,7 +116,7 @@ pub async fn snapshot(client: &Client, c: SnapshotCommand, json: bool) -> Result
         SnapshotCommand::Rm { ids } => {
             for id in ids {
                 let path = format!("/v1/snapshots/{}", encode(&id));
-                let _: Value = client.json(Method::DELETE, &path, None::<&()>).await?;
+                let _: serde_json::Value = client.json(Method::DELETE, &path, None::<&()>).await?;
             }
             Ok(0)
         }
@@ -137,21 +143,21 @@ async fn list(
     } else {
         format!("/v1/snapshots?{}", query.join("&"))
     };
-    let reply: Value = client.json(Method::GET, &path, None::<&()>).await?;
+    let reply: SnapshotList = client.json(Method::GET, &path, None::<&()>).await?;
     if json {
         output::json(&reply);
         return Ok(0);
     }
-    let snaps = reply["snapshots"].as_array().cloned().unwrap_or_default();
-    let rows: Vec<Vec<String>> = snaps
+    let rows: Vec<Vec<String>> = reply
+        .snapshots
         .iter()
         .map(|s| {
             vec![
-                output::field(s, "id"),
-                output::field(s, "type"),
-                output::field(s, "source_sandbox_id"),
-                output::size(s["size_bytes"].as_u64().unwrap_or(0)),
-                output::field(s, "created_at"),
+                s.id.clone(),
+                s.kind.as_str().to_string(),
+                output::or_dash(s.source_sandbox_id.clone()),
+                output::size(s.size_bytes),
+                s.created_at.clone(),
             ]
         })
         .collect();
@@ -203,7 +209,7 @@ async fn import(client: &Client, file: &str, json: bool) -> Result<i32> {
         )
         .await?;
     let bytes = resp.into_body().collect().await?.to_bytes();
-    let snap: Value = serde_json::from_slice(&bytes).context("unreadable reply")?;
+    let snap: Snapshot = serde_json::from_slice(&bytes).context("unreadable reply")?;
     print_snapshot(&snap, json);
     Ok(0)
 }

@@ -101,7 +101,7 @@ impl Session {
     fn handshake(&mut self) -> Result<()> {
         let mut buf = vec![0u8; DATA_BUF_LEN + WRITE_PREFIX_LEN];
         let n = loop {
-            match nix::unistd::read(self.dev.as_raw_fd(), &mut buf) {
+            match nix::unistd::read(&self.dev, &mut buf) {
                 Err(Errno::EINTR) | Err(Errno::EAGAIN) => continue,
                 r => break r.map_err(Error::sys("read FUSE INIT"))?,
             }

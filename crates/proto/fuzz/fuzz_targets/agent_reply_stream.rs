@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use agent::proto::{ExecRequest, Identity, Preamble, SOCKET_NAME};
-use agent::AgentClient;
+use proto::agent::{ExecRequest, Identity, Preamble, SOCKET_NAME};
+use agent_client::AgentClient;
 use libfuzzer_sys::fuzz_target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;

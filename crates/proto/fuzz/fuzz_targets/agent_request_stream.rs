@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use agent::codec::FrameReader;
+use proto::codec::FrameReader;
 use libfuzzer_sys::fuzz_target;
 use proto::agent::{encode_frame, Message, MAX_FRAME};
 

@@ -268,7 +268,7 @@ impl Host for RealHost {
     }
 
     fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
-        let client = agent::AgentClient::new(&paths.run());
+        let client = agent_client::AgentClient::new(&paths.run());
         let gone = self
             .inits
             .lock()
@@ -326,7 +326,7 @@ impl Host for RealHost {
 /// Waits for the agent: polled closely at first (it listens within milliseconds of runc
 /// returning), then less often; gives up early once the init has exited (`gone`).
 async fn agent_ready(
-    client: &agent::AgentClient,
+    client: &agent_client::AgentClient,
     timeout: Duration,
     gone: Option<&AtomicBool>,
 ) -> Result<()> {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent::proto::{ExecRequest, StdinMode};
-use agent::AgentClient;
+use agent_client::AgentClient;
+use proto::agent::{ExecRequest, StdinMode};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
 use runtime::net::NetConfig;

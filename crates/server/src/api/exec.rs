@@ -10,10 +10,10 @@ use proto::agent::{self, OutputStream, StdinMode};
 
 use super::extract::ApiJson;
 use super::ndjson::{exit_parts, stream_response};
-use super::types::{ErrorBody, ExecRequest, ExecResult, StreamEvent};
 use super::{ApiResult, AppState};
 use crate::backend::{ExecEvent, Stream};
 use crate::error::Error;
+use api_types::{ErrorBody, ExecRequest, ExecResult, StreamEvent};
 
 /// Converts an API exec request into the agent's.
 pub fn to_agent(req: ExecRequest) -> Result<agent::ExecRequest, Error> {

@@ -14,10 +14,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::extract::{ApiJson, ApiQuery};
-use super::types::{ErrorBody, FileEntry, FileList, FileQuery, MkdirRequest};
 use super::{ApiResult, AppState};
 use crate::backend::{BackendError, STREAM_DEPTH};
 use crate::error::Error;
+use api_types::{ErrorBody, FileEntry, FileList, FileQuery, MkdirRequest};
 
 fn check_path(path: &str) -> Result<(), Error> {
     if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
@@ -54,9 +54,7 @@ pub fn entry(path: &str, name: &str, st: &FileStat) -> FileEntry {
         kind: kind_name(st.kind).into(),
         size: st.size,
         mode: st.mode,
-        modified_at: chrono::DateTime::from_timestamp_millis(st.mtime_unix_ms)
-            .unwrap_or_default()
-            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        modified_at: model::timestamp::from_unix_millis(st.mtime_unix_ms),
     }
 }
 

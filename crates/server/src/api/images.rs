@@ -7,9 +7,9 @@ use axum::Json;
 use tokio::sync::mpsc;
 
 use super::extract::ApiJson;
-use super::types::{BuildEvent, BuildImage, ErrorBody, ImageList};
 use super::{ApiResult, AppState};
 use crate::manager::{validate_build, BUILDERS};
+use api_types::{BuildEvent, BuildImage, ErrorBody, ImageList};
 
 /// List images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
@@ -57,7 +57,7 @@ pub async fn ensure(State(m): State<AppState>, Path(name): Path<String>) -> ApiR
 fn stream_build<F, Fut>(run: F) -> Response
 where
     F: FnOnce(mpsc::Sender<String>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = crate::error::Result<super::types::Image>> + Send,
+    Fut: std::future::Future<Output = crate::error::Result<api_types::Image>> + Send,
 {
     let (tx, rx) = mpsc::channel::<BuildEvent>(64);
     let (ptx, mut prx) = mpsc::channel::<String>(64);

@@ -13,7 +13,6 @@ mod sandboxes;
 mod snapshots;
 mod spawn;
 mod system;
-pub mod types;
 
 use std::sync::{Arc, OnceLock};
 
@@ -27,9 +26,9 @@ use axum::{Json, Router};
 use crate::error::Error;
 use crate::logs::{RateLimit, Verdict};
 use crate::manager::Manager;
+use api_types::ErrorBody;
 pub use auth::Token;
 pub use openapi::openapi_json;
-use types::ErrorBody;
 
 /// What every handler can reach.
 pub type AppState = Arc<Manager>;
@@ -124,6 +123,10 @@ fn sandbox_routes() -> Router<AppState> {
             get(sandboxes::get)
                 .patch(sandboxes::update)
                 .delete(sandboxes::terminate),
+        )
+        .route(
+            "/v1/sandboxes/{id}/labels",
+            axum::routing::patch(sandboxes::patch_labels),
         )
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use proto::agent::{ExitInfo, ExitStatus, OutputStream};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::types::StreamEvent;
 use crate::backend::{ExecEvent, Stream};
 use crate::error::Error;
+use api_types::StreamEvent;
 
 /// Content type of NDJSON streams.
 pub const NDJSON: &str = "application/x-ndjson";

@@ -4,13 +4,13 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{exec, files, images, processes, sandboxes, snapshots, system, types};
+use super::{exec, files, images, processes, sandboxes, snapshots, system};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
     paths(
-        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update,
+        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
         sandboxes::terminate,
         exec::exec,
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,
@@ -24,19 +24,19 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, types}
         system::health, system::metrics, system::openapi,
     ),
     components(schemas(
-        types::ErrorBody, types::CreateSandbox, types::NetworkRequest, types::NetworkModeName,
-        types::Sandbox, types::UpdateSandbox, types::NetworkView, types::ForkInfo, types::SandboxList,
-        types::ExecRequest, types::ExecResult, types::StreamEvent, types::Process,
-        types::ProcessList, types::SpawnProcess, types::StdinModeName, types::OutputModeName,
-        types::RestartPolicyName, types::RestartConfig, types::HealthCheckKind,
-        types::HealthCheckConfig, types::ProcessExit, types::ManagedProcess,
-        types::SignalRequest, types::SignalSpec, types::FileEntry,
-        types::FileList, types::MkdirRequest, types::Image, types::ImageList, types::BuildImage,
-        types::BuildEvent, types::Health, crate::lifecycle::State,
-        crate::snapshots::SnapshotType, crate::snapshots::CheckpointRequest,
-        crate::snapshots::Snapshot, crate::snapshots::SnapshotList, crate::snapshots::ChildSpec,
-        crate::snapshots::ForkRequest, crate::snapshots::ChildError, crate::snapshots::ForkChild,
-        crate::snapshots::ForkResult,
+        api_types::ErrorBody, api_types::CreateSandbox, api_types::NetworkRequest, api_types::NetworkModeName,
+        api_types::Sandbox, api_types::UpdateSandbox, api_types::LabelsPatch, api_types::Labels, api_types::NetworkView, api_types::ForkInfo, api_types::SandboxList,
+        api_types::ExecRequest, api_types::ExecResult, api_types::StreamEvent, api_types::Process,
+        api_types::ProcessList, api_types::SpawnProcess, api_types::StdinModeName, api_types::OutputModeName,
+        api_types::RestartPolicyName, api_types::RestartConfig, api_types::HealthCheckKind,
+        api_types::HealthCheckConfig, api_types::ProcessExit, api_types::ManagedProcess,
+        api_types::SignalRequest, api_types::SignalSpec, api_types::FileEntry,
+        api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage,
+        api_types::BuildEvent, api_types::Health, model::State,
+        model::SnapshotType, api_types::CheckpointRequest,
+        api_types::Snapshot, api_types::SnapshotList, api_types::ChildSpec,
+        api_types::ForkRequest, api_types::ChildError, api_types::ForkChild,
+        api_types::ForkResult,
     )),
     modifiers(&CommonErrors),
     tags(

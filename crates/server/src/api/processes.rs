@@ -11,13 +11,13 @@ use axum::Json;
 use super::extract::{ApiJson, ApiQuery};
 use super::ndjson::stream_response;
 use super::spawn::{to_spawn, view};
-use super::types::{
-    ErrorBody, OutputQuery, Process, ProcessList, SignalRequest, SignalSpec, SpawnProcess,
-    StreamEvent, WaitQuery,
-};
 use super::{ApiResult, AppState};
 use crate::backend::BackendError;
 use crate::error::Error;
+use api_types::{
+    ErrorBody, OutputQuery, Process, ProcessList, SignalRequest, SignalSpec, SpawnProcess,
+    StreamEvent, WaitQuery,
+};
 
 /// A signal number from a number or a name such as `TERM` or `SIGKILL`.
 pub fn signal_number(s: &SignalSpec) -> Result<i32, Error> {

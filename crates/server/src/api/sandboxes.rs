@@ -5,8 +5,10 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::extract::{ApiJson, ApiQuery};
-use super::types::{CreateSandbox, ErrorBody, ListQuery, Sandbox, SandboxList, UpdateSandbox};
 use super::{ApiResult, AppState};
+use api_types::{
+    CreateSandbox, ErrorBody, Labels, LabelsPatch, ListQuery, Sandbox, SandboxList, UpdateSandbox,
+};
 
 /// Create and boot a sandbox.
 #[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes", request_body = CreateSandbox,
@@ -33,6 +35,21 @@ pub async fn update(
     ApiJson(req): ApiJson<UpdateSandbox>,
 ) -> ApiResult<Json<Sandbox>> {
     Ok(Json(m.update(&id, req).await?))
+}
+
+/// Set and remove labels of a live sandbox in one step; answers the labels it now has.
+#[utoipa::path(patch, path = "/v1/sandboxes/{id}/labels", tag = "sandboxes", request_body = LabelsPatch,
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = Labels), (status = 400, description = "A bad key or value, or too many labels", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "Not running or suspended", body = ErrorBody)))]
+pub async fn patch_labels(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(patch): ApiJson<LabelsPatch>,
+) -> ApiResult<Json<Labels>> {
+    Ok(Json(Labels {
+        labels: m.patch_labels(&id, patch).await?,
+    }))
 }
 
 /// List sandboxes (terminated ones only with `state=terminated`).

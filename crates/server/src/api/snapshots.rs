@@ -11,14 +11,15 @@ use tokio::io::AsyncWriteExt;
 
 use serde::Deserialize;
 
+use api_types::{
+    CheckpointRequest, ErrorBody, ForkRequest, ForkResult, Sandbox, Snapshot, SnapshotList,
+    SnapshotQuery, SnapshotType,
+};
+
 use super::extract::{ApiJson, ApiQuery};
-use super::types::{ErrorBody, Sandbox};
 use super::{ApiResult, AppState};
 use crate::error::Error;
 use crate::manager::CheckpointArgs;
-use crate::snapshots::{
-    CheckpointRequest, ForkRequest, ForkResult, Snapshot, SnapshotList, SnapshotQuery, SnapshotType,
-};
 
 /// Checkpoint a running sandbox into a snapshot; the sandbox keeps running.
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/checkpoint", tag = "snapshots",
@@ -178,7 +179,10 @@ pub async fn import(
     tokio::fs::create_dir_all(&dir)
         .await
         .map_err(|e| Error::InvalidArgument(format!("Import failed: {e}")))?;
-    let path = dir.join(format!("upload-{}", crate::snapshots::new_snapshot_id()));
+    let path = dir.join(format!(
+        "upload-{}",
+        model::ids::new_snapshot_id().map_err(Error::from)?
+    ));
     let received = receive(req.into_body(), &path, m.config()).await;
     let imported = match received {
         Ok(()) => m.import_snapshot(&path, q.trust_unsigned).await,

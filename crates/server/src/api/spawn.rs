@@ -6,11 +6,11 @@ use proto::agent::{ProcessInfo, ProcessState};
 
 use super::exec::to_agent;
 use super::ndjson::exit_parts;
-use super::types::{
+use crate::error::Error;
+use api_types::{
     ExecRequest, HealthCheckConfig, HealthCheckKind, ManagedProcess, OutputModeName, Process,
     ProcessExit, RestartConfig, RestartPolicyName, SpawnProcess, StdinModeName,
 };
-use crate::error::Error;
 
 /// The agent's spawn request for an API one.
 pub fn to_spawn(req: SpawnProcess) -> Result<wire::SpawnRequest, Error> {
@@ -121,9 +121,7 @@ fn health_config(h: wire::HealthCheck) -> HealthCheckConfig {
 }
 
 fn rfc3339_ms(ms: u64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms as i64)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    model::timestamp::from_unix_millis(ms as i64)
 }
 
 fn managed_view(first_pid: u64, name: Option<String>, m: wire::ManagedInfo) -> ManagedProcess {

@@ -5,8 +5,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 
-use super::types::Health;
 use super::AppState;
+use api_types::Health;
 
 /// Liveness and versions.
 #[utoipa::path(get, path = "/v1/health", tag = "system", responses((status = 200, body = Health)))]

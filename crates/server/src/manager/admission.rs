@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::backend::{HostDisk, HostMemory};
+use crate::config::Config;
 
 /// What a cold-booted sandbox takes at first: its agent, its disk server and the first
 /// pages of its image.
@@ -40,6 +41,27 @@ pub struct Policy {
     pub reserve_mb: u64,
     /// Host disk space kept free, in MiB.
     pub disk_reserve_mb: u64,
+}
+
+impl Policy {
+    /// The caps `config` sets on a host with `host_total_mb` of memory (0 = unknown).
+    pub fn from_config(config: &Config, host_total_mb: u64) -> Policy {
+        let max_limits_mb = match (config.max_memory_mb, host_total_mb) {
+            (0, 0) => u64::MAX,
+            (0, total) => (total as f64 * config.memory_overcommit) as u64,
+            (cap, _) => cap,
+        };
+        let reserve_mb = match config.memory_reserve_mb {
+            0 => (host_total_mb / 20).max(512),
+            r => r,
+        };
+        Policy {
+            max_sandboxes: config.max_sandboxes as usize,
+            max_limits_mb,
+            reserve_mb,
+            disk_reserve_mb: config.disk_reserve_mb,
+        }
+    }
 }
 
 /// What a new sandbox asks for.
@@ -209,6 +231,27 @@ mod tests {
             reserve_mb: 100,
             disk_reserve_mb: 1024,
         }
+    }
+
+    #[test]
+    fn admission_overcommits_the_hosts_memory_unless_capped() {
+        let c = Config::default();
+        let p = Policy::from_config(&c, 24 << 10);
+        assert_eq!(p.max_limits_mb, 48 << 10);
+        assert_eq!(p.reserve_mb, (24 << 10) / 20);
+        assert_eq!(Policy::from_config(&c, 4 << 10).reserve_mb, 512);
+        let capped = Config {
+            max_memory_mb: 300,
+            memory_reserve_mb: 7,
+            ..Config::default()
+        };
+        let p = Policy::from_config(&capped, 24 << 10);
+        assert_eq!((p.max_limits_mb, p.reserve_mb), (300, 7));
+        let bad = Config {
+            memory_overcommit: 0.0,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
     }
 
     fn want(limit_mb: u64, need_mb: u64) -> Want {

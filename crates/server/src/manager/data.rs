@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use super::Manager;
 use crate::backend::{BackendError, BackendResult, ExecEvent, Stream, STREAM_DEPTH};
 use crate::error::{Error, Result};
-use crate::lifecycle::{plan, Op};
+use model::{plan, Op};
 
 /// How long a memory checkpoint waits for the data-plane requests in flight to end.
 /// CRIU cannot dump an agent holding a connection from the host, so a request still open

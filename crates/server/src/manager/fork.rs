@@ -9,13 +9,16 @@ use futures::StreamExt;
 use super::admission::BASELINE_NEED_MB;
 use super::create::{new_id, validate};
 use super::{lock, now_rfc3339, Entry, Manager};
-use crate::api::types::{CreateSandbox, ForkInfo, NetworkModeName, NetworkView, Sandbox};
-use crate::backend::NetworkSpec;
-use crate::error::{Error, Result};
-use crate::lifecycle::{plan, Op, State};
-use crate::snapshots::{
-    ChildError, ForkChild, ForkRequest, ForkResult, RestoreFrom, SnapshotRecord, SnapshotType,
+use api_types::{
+    ChildError, CreateSandbox, ForkChild, ForkInfo, ForkRequest, ForkResult, NetworkModeName,
+    NetworkView, Sandbox,
 };
+use model::{plan, Op, SnapshotType, State};
+
+use crate::backend::NetworkSpec;
+use crate::backend::RestoreFrom;
+use crate::error::{Error, Result};
+use crate::snapshots::SnapshotRecord;
 use crate::store::SandboxRow;
 
 /// Children restored at once by one fork (restores are CPU-bound).
@@ -83,9 +86,9 @@ fn network_spec(req: &CreateSandbox) -> Result<Option<NetworkSpec>> {
     }))
 }
 
-fn child_row(rec: &SnapshotRecord, c: &Child) -> SandboxRow {
+fn child_row(rec: &SnapshotRecord, c: &Child) -> Result<SandboxRow> {
     let mut boot = rec.boot.clone();
-    boot.id = new_id();
+    boot.id = new_id()?;
     boot.env.extend(c.env.clone());
     boot.secrets.clone_from(&c.secrets);
     if rec.view.kind == SnapshotType::Filesystem {
@@ -128,13 +131,7 @@ fn child_row(rec: &SnapshotRecord, c: &Child) -> SandboxRow {
         error: None,
         entrypoint: None,
     };
-    SandboxRow { view, boot }
-}
-
-fn seed() -> Vec<u8> {
-    let mut b = vec![0u8; 32];
-    let _ = getrandom::getrandom(&mut b);
-    b
+    Ok(SandboxRow { view, boot })
 }
 
 fn child_error(e: &Error) -> ChildError {
@@ -170,7 +167,7 @@ impl Manager {
     /// Starts one sandbox from a snapshot; a failure leaves a `failed` record.
     pub(super) async fn start_child(&self, rec: &SnapshotRecord, c: Child) -> Result<Sandbox> {
         self.check_open()?;
-        let row = child_row(rec, &c);
+        let row = child_row(rec, &c)?;
         // A warm restore maps its snapshot's memory images; a cold boot starts small.
         let need_mb = if rec.memory_dir.is_some() {
             (rec.view.size_bytes >> 20).max(BASELINE_NEED_MB)
@@ -194,18 +191,31 @@ impl Manager {
             id: id.clone(),
             state: row.view.state,
         })?;
-        if let Err(e) = self.store.put_sandbox(row.clone()).await {
-            self.registry_mut().entries.remove(&id);
-            self.registry_mut().admission.release(&id);
-            return Err(e.into());
-        }
+        // The child's seed, then its record: either failing leaves nothing behind.
+        let recorded = match model::ids::random_bytes::<32>() {
+            Ok(seed) => self
+                .store
+                .put_sandbox(row.clone())
+                .await
+                .map(|()| seed)
+                .map_err(Error::from),
+            Err(e) => Err(e.into()),
+        };
+        let seed = match recorded {
+            Ok(seed) => seed,
+            Err(e) => {
+                self.registry_mut().entries.remove(&id);
+                self.registry_mut().admission.release(&id);
+                return Err(e);
+            }
+        };
         let from = RestoreFrom {
             layer_id: rec.layer_id.clone(),
             memory_dir: rec.memory_dir.clone(),
             identity: Some(proto::agent::Identity {
                 sandbox_id: id.clone(),
                 fork_index: c.index,
-                seed: seed(),
+                seed: seed.to_vec(),
                 parent_snapshot_id: Some(rec.view.id.clone()),
                 // New processes of the restored sandbox see both; only the agent keeps the
                 // secrets (in memory), no record does.
@@ -333,7 +343,7 @@ fn child_of(req: &ForkRequest, i: u32) -> Child {
 mod tests {
     use super::*;
     use crate::backend::{BootSpec, ImageSpec};
-    use crate::snapshots::{ChildSpec, Snapshot};
+    use api_types::{ChildSpec, Snapshot};
 
     fn record(kind: SnapshotType) -> SnapshotRecord {
         SnapshotRecord {
@@ -418,7 +428,7 @@ mod tests {
         assert_eq!((c0.labels.len(), c2.labels.len()), (2, 1));
         assert_eq!(c2.name.as_deref(), Some("w-2"));
         let rec = record(SnapshotType::Memory);
-        let (r0, r2) = (child_row(&rec, &c0), child_row(&rec, &c2));
+        let (r0, r2) = (child_row(&rec, &c0).unwrap(), child_row(&rec, &c2).unwrap());
         assert_ne!(r0.view.id, r2.view.id);
         assert_eq!(r2.view.fork.as_ref().map(|f| f.index), Some(2));
         assert_eq!(r2.view.snapshot_id.as_deref(), Some("snap-1"));

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::{lock, now_rfc3339, Manager};
-use crate::api::types::{BuildImage, Image};
 use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
+use api_types::{BuildImage, Image};
 
 /// Builders the runtime offers.
 pub const BUILDERS: [&str; 4] = ["busybox", "debian", "python", "browser"];

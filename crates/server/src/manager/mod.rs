@@ -2,7 +2,7 @@
 //!
 //! Every lifecycle operation on a sandbox holds that sandbox's operation lock, so concurrent
 //! requests on one sandbox are serialized while different sandboxes proceed in parallel.
-//! State changes go through [`crate::lifecycle::plan`] and are persisted before and after
+//! State changes go through [`model::plan`] and are persisted before and after
 //! the backend acts, so a crash at any point leaves a record recovery can act on.
 
 mod admission;
@@ -26,14 +26,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::api::types::{ListQuery, Sandbox};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::lifecycle::{plan, Op, State};
 use crate::logs::RateLimit;
 use crate::metrics::Metrics;
 use crate::store::{SandboxRow, Store};
+use api_types::{ListQuery, Sandbox};
+use model::{plan, Op, State};
 
 pub use admission::{Admission, Policy};
 pub use images::{validate_build, BUILDERS};
@@ -89,9 +89,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The current time in RFC 3339 (UTC, seconds).
+/// The current time in RFC 3339 (UTC, milliseconds).
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    model::timestamp::now()
 }
 
 /// Sandboxes by id, and the admission ledger, under one lock so that name checks and
@@ -128,7 +128,7 @@ impl Manager {
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Manager>> {
         let host_total_mb = backend.host_memory().map_or(0, |m| m.total_mb);
-        let admission = Admission::new(config.admission_policy(host_total_mb));
+        let admission = Admission::new(Policy::from_config(&config, host_total_mb));
         let manager = Arc::new_cyclic(|me| Manager {
             backend,
             store,

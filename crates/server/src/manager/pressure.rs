@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Entry, Manager};
-use crate::lifecycle::State;
+use model::State;
 
 impl Manager {
     /// Suspends idle named sandboxes, longest idle first, until `need_mb` fits under the

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Entry, Manager};
-use crate::api::types::Sandbox;
-use crate::lifecycle::State;
+use api_types::Sandbox;
+use model::State;
 
 /// Terminated sandboxes kept in memory (for `GET` and idempotent `DELETE`).
 pub const KEEP_TERMINATED: usize = 1000;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::{lock, Entry, Manager};
 use crate::error::Result;
-use crate::lifecycle::State;
 use crate::store::SandboxRow;
+use model::State;
 
 impl Manager {
     pub(super) async fn recover(&self) -> Result<()> {

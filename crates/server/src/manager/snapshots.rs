@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use api_types::{Snapshot, SnapshotQuery};
+use model::ids::{new_snapshot_id, valid_snapshot_id};
+use model::{plan, Op, SnapshotType};
+
 use super::{now_rfc3339, Manager};
 use crate::error::{is_storage_full, Error, Result};
-use crate::lifecycle::{plan, Op};
-use crate::snapshots::{
-    new_snapshot_id, pin_name, valid_snapshot_id, Snapshot, SnapshotQuery, SnapshotRecord,
-    SnapshotType,
-};
+use crate::snapshots::{pin_name, SnapshotRecord};
 
 /// What to capture, as the manager takes it.
 #[derive(Debug, Clone)]
@@ -46,9 +46,9 @@ impl Manager {
             SnapshotType::Memory => Some(self.drain(&entry).await?),
             SnapshotType::Filesystem => None,
         };
+        let snap_id = new_snapshot_id()?;
         self.set_state(&entry, p.during, None).await?;
         let started = Instant::now();
-        let snap_id = new_snapshot_id();
         let result = self.take_snapshot(&entry, &snap_id, args, false).await;
         self.metrics.checkpoint.observe(started.elapsed());
         self.set_state(&entry, p.success, None).await?;

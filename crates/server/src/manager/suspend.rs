@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use super::snapshots::CheckpointArgs;
 use super::{lock, Manager};
-use crate::api::types::Sandbox;
+use crate::backend::RestoreFrom;
 use crate::error::{Error, Result};
-use crate::lifecycle::{plan, Op, State};
-use crate::snapshots::{RestoreFrom, SnapshotType};
+use api_types::Sandbox;
+use model::SnapshotType;
+use model::{plan, Op, State};
 
 /// The internal snapshot holding a suspended sandbox.
 pub fn suspend_snapshot_id(sandbox_id: &str) -> String {

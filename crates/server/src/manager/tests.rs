@@ -15,13 +15,13 @@ use proto::agent::{
 use tokio::sync::mpsc;
 
 use super::Manager;
-use crate::api::types::{CreateSandbox, ListQuery};
 use crate::backend::*;
 use crate::config::Config;
 use crate::error::Error;
-use crate::lifecycle::State;
 use crate::metrics::Metrics;
 use crate::store::Store;
+use api_types::{CreateSandbox, ListQuery};
+use model::State;
 
 #[derive(Default)]
 struct Fake {
@@ -176,9 +176,9 @@ impl Backend for Fake {
     async fn checkpoint(
         &self,
         _: &str,
-        _: crate::snapshots::SnapshotType,
+        _: model::SnapshotType,
         _: Option<std::path::PathBuf>,
-    ) -> BackendResult<crate::snapshots::Checkpointed> {
+    ) -> BackendResult<crate::backend::Checkpointed> {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
         Err(BackendError::Host("CRIU refused".into()))
     }
@@ -646,7 +646,7 @@ async fn restart_removes_unrecorded_images_and_records_finished_rebuilds() {
     {
         let m = manager(&s, Arc::new(Fake::default())).await;
         let (tx, _rx) = mpsc::channel(16);
-        let req = crate::api::types::BuildImage {
+        let req = api_types::BuildImage {
             name: "rebuilt".into(),
             builder: "busybox".into(),
             ..Default::default()
@@ -742,7 +742,9 @@ async fn a_sandbox_dead_while_the_daemon_was_down_is_failed_at_recovery() {
 
 #[tokio::test]
 async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
-    use crate::snapshots::{Snapshot, SnapshotRecord, SnapshotType};
+    use crate::snapshots::SnapshotRecord;
+    use api_types::Snapshot;
+    use model::SnapshotType;
     let s = setup(10, 10_000);
     let fake = Arc::new(Fake::default());
     let sb = manager(&s, fake.clone())
@@ -801,4 +803,69 @@ async fn restart_finishes_an_interrupted_terminate() {
     assert_eq!(v.state, State::Terminated);
     assert_eq!(v.error, None);
     assert!(fake.destroyed.lock().unwrap().contains(&sb.id));
+}
+
+#[tokio::test]
+async fn labels_are_set_and_removed_in_one_step_and_checked() {
+    use api_types::LabelsPatch;
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake).await;
+    let mut create = req(64);
+    create.labels = [("team", "rl"), ("run", "1")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+    let sb = m.create(create).await.unwrap();
+    let patch = |set: &[(&str, &str)], remove: &[&str]| LabelsPatch {
+        set: set
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        remove: remove.iter().map(|k| k.to_string()).collect(),
+    };
+    let labels = m
+        .patch_labels(
+            &sb.id,
+            patch(&[("run", "2"), ("stage", "eval")], &["team", "absent"]),
+        )
+        .await
+        .unwrap();
+    let want: std::collections::BTreeMap<String, String> = [("run", "2"), ("stage", "eval")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+    assert_eq!(labels, want);
+    assert_eq!(m.get(&sb.id).unwrap().labels, want, "the view has them");
+    for (bad, why) in [
+        (patch(&[], &[]), "Nothing to change"),
+        (patch(&[("a b", "x")], &[]), "Label key"),
+        (patch(&[("k", "line\nbreak")], &[]), "control"),
+        (patch(&[("k", "v")], &["k"]), "both set and removed"),
+    ] {
+        let e = m.patch_labels(&sb.id, bad).await.unwrap_err();
+        assert_eq!(e.status_code().0, 400, "{e}");
+        assert!(e.message().contains(why), "{e}");
+    }
+    let many: Vec<(String, String)> = (0..70).map(|i| (format!("k{i}"), "v".into())).collect();
+    let e = m
+        .patch_labels(
+            &sb.id,
+            LabelsPatch {
+                set: many.into_iter().collect(),
+                remove: vec![],
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("at most 64 labels"), "{e}");
+    assert_eq!(
+        m.get(&sb.id).unwrap().labels,
+        want,
+        "a refused patch changed nothing"
+    );
+    m.terminate(&sb.id).await.unwrap();
+    let e = m
+        .patch_labels(&sb.id, patch(&[("a", "b")], &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.status_code().0, 409);
 }

@@ -2,15 +2,16 @@
 
 use std::path::{Path, PathBuf};
 
+use api_types::{CreateSandbox, Snapshot};
+use model::ids::{new_snapshot_id, valid_snapshot_id};
+use model::SnapshotType;
+
 use super::Manager;
-use crate::api::types::CreateSandbox;
 use crate::backend::BootSpec;
 use crate::error::{Error, Result};
 use crate::snapfile;
 use crate::snapkey::{self, SnapshotKey};
-use crate::snapshots::{
-    new_snapshot_id, valid_snapshot_id, Snapshot, SnapshotRecord, SnapshotType,
-};
+use crate::snapshots::SnapshotRecord;
 
 const MANIFEST: &str = "manifest.json";
 const ARTIFACT: &str = "layers.artifact";
@@ -19,11 +20,8 @@ fn host(e: impl std::fmt::Display) -> Error {
     Error::Backend(crate::backend::BackendError::Host(e.to_string()))
 }
 
-fn unique(prefix: &str) -> String {
-    let mut b = [0u8; 6];
-    let _ = getrandom::getrandom(&mut b);
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{prefix}-{hex}")
+fn unique(prefix: &str) -> Result<String> {
+    Ok(model::ids::random_id::<6>(prefix)?)
 }
 
 /// Removes a scratch directory when dropped.
@@ -47,7 +45,7 @@ impl Manager {
     }
 
     fn scratch(&self, prefix: &str) -> Result<Scratch> {
-        let dir = self.transfer_dir().join(unique(prefix));
+        let dir = self.transfer_dir().join(unique(prefix)?);
         std::fs::create_dir_all(&dir).map_err(host)?;
         Ok(Scratch(dir))
     }
@@ -72,7 +70,7 @@ impl Manager {
         if let Some(mem) = &rec.memory_dir {
             entries.extend(memory_entries(mem)?);
         }
-        let out = self.transfer_dir().join(unique(&format!("{id}.sfs")));
+        let out = self.transfer_dir().join(unique(&format!("{id}.sfs"))?);
         let out2 = out.clone();
         let key = self.snapshot_key()?;
         tokio::task::spawn_blocking(move || snapfile::write(&out2, &entries, &|d| key.sign(d)))
@@ -116,7 +114,7 @@ impl Manager {
         }
         let taken = self.store.snapshot(rec.view.id.clone()).await?.is_some();
         if taken || !valid_snapshot_id(&rec.view.id) || rec.internal {
-            rec.view.id = new_snapshot_id();
+            rec.view.id = new_snapshot_id()?;
         }
         rec.internal = false;
         // A host path from the file is never trusted: only the images it carries count.

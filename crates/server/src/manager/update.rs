@@ -1,10 +1,19 @@
 //! Changing a live sandbox: its name, labels and egress lists.
 
+use std::collections::BTreeMap;
+
+use api_types::{LabelsPatch, NetworkModeName, Sandbox, UpdateSandbox};
+use model::State;
+
 use super::create::{check_cidrs, check_name};
 use super::{lock, Manager};
-use crate::api::types::{NetworkModeName, Sandbox, UpdateSandbox};
 use crate::error::{Error, Result};
-use crate::lifecycle::State;
+
+/// Most labels one sandbox may carry through a patch.
+pub const MAX_LABELS: usize = 64;
+/// Longest label key, and longest value.
+const MAX_KEY: usize = 63;
+const MAX_VALUE: usize = 256;
 
 impl Manager {
     /// Applies `req` to a live sandbox; egress lists take effect at once on a running one
@@ -52,6 +61,40 @@ impl Manager {
         Ok(entry.view())
     }
 
+    /// Sets the labels in `patch.set` and removes those in `patch.remove`, atomically;
+    /// returns the sandbox's labels after the change.
+    pub async fn patch_labels(
+        &self,
+        id_or_name: &str,
+        patch: LabelsPatch,
+    ) -> Result<BTreeMap<String, String>> {
+        self.check_open()?;
+        check_labels_patch(&patch)?;
+        let entry = self.find(id_or_name)?;
+        let _op = entry.op.lock().await;
+        let view = entry.view();
+        if !matches!(view.state, State::Running | State::Suspended) {
+            return Err(Error::WrongState {
+                id: view.id,
+                state: view.state,
+            });
+        }
+        let mut labels = view.labels;
+        labels.extend(patch.set);
+        for key in &patch.remove {
+            labels.remove(key);
+        }
+        if labels.len() > MAX_LABELS {
+            return Err(Error::InvalidArgument(format!(
+                "A sandbox carries at most {MAX_LABELS} labels; this would make {}",
+                labels.len()
+            )));
+        }
+        lock(&entry.row).view.labels.clone_from(&labels);
+        self.store.put_sandbox(entry.row()).await?;
+        Ok(labels)
+    }
+
     /// Sets the new fields, checking the name is free atomically with taking it.
     fn rename_and_relabel(
         &self,
@@ -88,4 +131,36 @@ impl Manager {
         }
         Ok(())
     }
+}
+
+/// A label key: 1 to 63 ASCII letters, digits and `.`, `_`, `-`, `/`; a value: up to 256
+/// characters without control characters. A key both set and removed is refused.
+fn check_labels_patch(patch: &LabelsPatch) -> Result<()> {
+    let bad = |why: String| Err(Error::InvalidArgument(why));
+    for key in patch.set.keys().chain(&patch.remove) {
+        let ok = !key.is_empty()
+            && key.len() <= MAX_KEY
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        if !ok {
+            return bad(format!(
+                "Label key {key:?}: use 1 to {MAX_KEY} letters, digits, '.', '_', '-' or '/'"
+            ));
+        }
+    }
+    for (key, value) in &patch.set {
+        if value.chars().count() > MAX_VALUE || value.chars().any(char::is_control) {
+            return bad(format!(
+                "Label {key}: its value must be at most {MAX_VALUE} characters, none of them control characters"
+            ));
+        }
+    }
+    if let Some(key) = patch.remove.iter().find(|k| patch.set.contains_key(*k)) {
+        return bad(format!("Label {key} is both set and removed"));
+    }
+    if patch.set.is_empty() && patch.remove.is_empty() {
+        return bad("Nothing to change: give set or remove".into());
+    }
+    Ok(())
 }

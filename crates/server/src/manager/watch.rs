@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Entry, Manager};
-use crate::lifecycle::{plan, Op, State};
+use model::{plan, Op, State};
 
 /// How often every running sandbox is probed.
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);

@@ -68,7 +68,8 @@ impl RuncBackend {
         plan: &BuildPlan,
         progress: &mpsc::Sender<String>,
     ) -> BackendResult<(blockstore::LayerId, u64)> {
-        let id = crate::ids::random_id("build");
+        let id =
+            model::ids::random_id::<8>("build").map_err(|e| BackendError::Host(e.to_string()))?;
         let network = if plan.steps.iter().any(|s| s.network) {
             NetworkMode::Internet {
                 allow_out: Vec::new(),
@@ -143,7 +144,7 @@ impl RuncBackend {
 /// Runs one step in the build sandbox, forwarding its output lines as progress; a step
 /// that fails is the build's error, with the end of its output.
 async fn run_step(
-    agent: &agent::AgentClient,
+    agent: &agent_client::AgentClient,
     step: &BuildStep,
     progress: &mpsc::Sender<String>,
 ) -> BackendResult<()> {
@@ -167,9 +168,7 @@ async fn run_step(
             .await
             .map_err(|e| BackendError::Host(error_chain(&e)))?
         {
-            Some(
-                agent::client::ExecEvent::Stdout(data) | agent::client::ExecEvent::Stderr(data),
-            ) => {
+            Some(agent_client::ExecEvent::Stdout(data) | agent_client::ExecEvent::Stderr(data)) => {
                 partial += &String::from_utf8_lossy(&data);
                 while let Some(at) = partial.find('\n') {
                     let line: String = partial.drain(..=at).collect();
@@ -181,7 +180,7 @@ async fn run_step(
                     }
                 }
             }
-            Some(agent::client::ExecEvent::Exit(exit)) => {
+            Some(agent_client::ExecEvent::Exit(exit)) => {
                 if matches!(exit.status, proto::agent::ExitStatus::Code(0)) {
                     return Ok(());
                 }

@@ -1,6 +1,6 @@
 //! Mapping runtime and agent errors to backend errors.
 
-use agent::ClientError;
+use agent_client::ClientError;
 use proto::agent::ErrorKind;
 
 use crate::backend::BackendError;

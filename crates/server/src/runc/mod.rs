@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::client::WriteOptions;
-use agent::AgentClient;
+use agent_client::AgentClient;
+use agent_client::WriteOptions;
 use async_trait::async_trait;
 use bytes::Bytes;
 use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo, SpawnRequest};
@@ -421,16 +421,16 @@ impl Backend for RuncBackend {
     async fn checkpoint(
         &self,
         id: &str,
-        kind: crate::snapshots::SnapshotType,
+        kind: model::SnapshotType,
         memory_dir: Option<std::path::PathBuf>,
-    ) -> BackendResult<crate::snapshots::Checkpointed> {
+    ) -> BackendResult<crate::backend::Checkpointed> {
         self.checkpoint_sandbox(id, kind, memory_dir).await
     }
 
     async fn restore(
         &self,
         spec: &BootSpec,
-        from: crate::snapshots::RestoreFrom,
+        from: crate::backend::RestoreFrom,
     ) -> BackendResult<Booted> {
         self.restore_sandbox(spec, from).await
     }

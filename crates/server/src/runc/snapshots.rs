@@ -6,7 +6,8 @@ use runtime::{CheckpointKind, RestoreOptions, SnapshotSource};
 
 use super::{booted, host_err, RuncBackend};
 use crate::backend::{BackendError, BackendResult, BootSpec, Booted};
-use crate::snapshots::{Checkpointed, RestoreFrom, SnapshotType};
+use crate::backend::{Checkpointed, RestoreFrom};
+use model::SnapshotType;
 
 fn store_err(e: blockstore::Error) -> BackendError {
     match e {

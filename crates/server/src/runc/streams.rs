@@ -1,6 +1,6 @@
 //! Agent streams pumped into bounded channels (the daemon's only buffers on the data path).
 
-use agent::client::{AttachEvent, ExecEvent as AgentEvent};
+use agent_client::{AttachEvent, ExecEvent as AgentEvent};
 use bytes::Bytes;
 use proto::agent::OutputStream;
 use tokio::sync::mpsc;
@@ -9,7 +9,7 @@ use super::errors::agent_err;
 use crate::backend::{BackendError, BackendResult, ExecEvent, Stream, STREAM_DEPTH};
 
 /// Pumps an agent exec stream into a bounded channel, adding stream offsets.
-pub fn pump_exec(mut stream: agent::client::ExecStream) -> Stream<ExecEvent> {
+pub fn pump_exec(mut stream: agent_client::ExecStream) -> Stream<ExecEvent> {
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {
         let (mut out, mut err) = (0u64, 0u64);
@@ -67,7 +67,7 @@ pub fn until_error(
     })
 }
 
-pub fn pump_attach(mut stream: agent::client::AttachStream) -> Stream<ExecEvent> {
+pub fn pump_attach(mut stream: agent_client::AttachStream) -> Stream<ExecEvent> {
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {
         loop {

@@ -494,6 +494,7 @@ class AsyncSandbox:
 
     info = _mirror("info")
     update = _mirror("update")
+    update_labels = _mirror("update_labels")
     terminate = _mirror("terminate")
 
     def close(self) -> None:

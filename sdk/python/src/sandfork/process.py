@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal as _signal
-from typing import TYPE_CHECKING, Optional, Union
+from typing import Optional, Protocol, Union
 
 from . import errors
 from ._streams import OutputStream
@@ -12,8 +12,15 @@ from ._trace import Traced
 from ._transport import Client, seg
 from .models import ProcessInfo
 
-if TYPE_CHECKING:
-    from .sandbox import Sandbox
+
+
+class ProcessOwner(Protocol):
+    """What a process handle needs of its sandbox (a :class:`~sandfork.Sandbox`)."""
+
+    id: str
+
+    @property
+    def client(self) -> Client: ...
 
 SignalLike = Union[int, str, _signal.Signals]
 """A signal as a number (``15``), a name (``"TERM"`` / ``"SIGTERM"``) or :class:`signal.Signals`."""
@@ -45,7 +52,7 @@ class Process(ProcessInfo):
     handle follows it across restarts.
     """
 
-    def __init__(self, sandbox: "Sandbox", pid: Union[int, ProcessInfo], info: Optional[ProcessInfo] = None):
+    def __init__(self, sandbox: ProcessOwner, pid: Union[int, ProcessInfo], info: Optional[ProcessInfo] = None):
         if isinstance(pid, ProcessInfo):
             info = pid
         if info is not None:

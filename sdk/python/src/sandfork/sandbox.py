@@ -66,7 +66,7 @@ from .models import (
     StdinMode,
 )
 from .process import Process, SignalLike, signal_value
-from .snapshot import ForkResult, Snapshot, fork_body
+from .snapshot import ForkResult, Snapshot, bind_sandbox_factory, fork_body
 
 Command = Union[str, Sequence[str]]
 ProgressCallback = Callable[[str], Any]
@@ -548,6 +548,26 @@ class Sandbox(FilesMixin):
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
 
+    def update_labels(
+        self,
+        set: Optional[Mapping[str, str]] = None,  # noqa: A002 - the API's field name
+        remove: Optional[Iterable[str]] = None,
+    ) -> Dict[str, str]:
+        """Sets the labels in ``set`` and removes the keys in ``remove`` in one step (no
+        read-modify-write race with another client); returns the labels the sandbox has
+        now. A key is 1 to 63 letters, digits, ``.``, ``_``, ``-`` or ``/``; a value at most
+        256 characters; at most 64 labels."""
+        if isinstance(remove, (str, bytes)):
+            raise errors.ArgumentTypeError(f"remove must be a list of label keys, got the string {remove!r}")
+        body = drop_none(set=check_str_map("set", set), remove=list(remove) if remove is not None else None)
+        if not body:
+            raise errors.InvalidArgumentError("update_labels needs set or remove", code="invalid_argument")
+        doc = self._client.request_json("PATCH", f"{self._route}/labels", json_body=body)
+        labels = dict((doc or {}).get("labels") or {})
+        if self._info is not None:
+            self._info.labels = labels
+        return labels
+
     def terminate(self) -> None:
         """Stops the sandbox and frees everything it used. Safe to call twice."""
         self._owned = False
@@ -863,7 +883,7 @@ class Sandbox(FilesMixin):
         per_child: Optional[List[Mapping[str, Any]]] = None,
         name_prefix: Optional[str] = None,
         timeout_secs: Optional[int] = None,
-    ) -> ForkResult:
+    ) -> "ForkResult[Sandbox]":
         """Checkpoints memory in place once and starts ``count`` independent copies (sandfork).
 
         The source keeps its id and keeps running. ``per_child`` is a list of
@@ -879,7 +899,7 @@ class Sandbox(FilesMixin):
         doc = self._client.request_json("POST", self._route + "/fork", json_body=body, unbounded=True)
         return ForkResult.from_json(doc, self._client, source_sandbox_id=self.id)
 
-    def copy(self, *, times: int = 1, request_timeout: Optional[float] = None) -> ForkResult:
+    def copy(self, *, times: int = 1, request_timeout: Optional[float] = None) -> "ForkResult[Sandbox]":
         """``times`` live copies of this sandbox (memory, processes and files).
 
         Returns a :class:`~sandfork.ForkResult`: a list of the connected copies
@@ -1141,3 +1161,6 @@ def _no_logs() -> errors.FeatureNotSupportedError:
 def _no_file_systems() -> errors.FeatureNotSupportedError:
     return errors.not_supported("file systems", "copy files in with write_file() or upload_file()")
 
+
+
+bind_sandbox_factory(lambda info, client: Sandbox(info.id, client=client, info=info, owned=True))

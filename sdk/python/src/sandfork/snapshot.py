@@ -6,15 +6,28 @@ import functools
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Protocol, TypeVar, Union
 
 from . import errors
 from ._trace import TracedList
 from ._transport import Client, seg
 from .models import CheckpointType, CopiedSandboxResponse, SandboxInfo, SnapshotInfo
 
-if TYPE_CHECKING:
-    from .sandbox import Sandbox
+
+
+class SandboxHandle(Protocol):
+    """What this module needs of a started child: a :class:`~sandfork.Sandbox` (the
+    sandbox module sits above this one, so it is named by what it does here)."""
+
+    @property
+    def id(self) -> str: ...
+
+    _info: Optional[SandboxInfo]
+
+    def terminate(self) -> None: ...
+
+
+S = TypeVar("S", bound=SandboxHandle)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -154,7 +167,7 @@ class Snapshot(SnapshotInfo):
             target.delete_by_id(snapshot_id, client=client)
 
     @_hybridmethod
-    def fork(target: Any, *args: Any, **kwargs: Any) -> "ForkResult":  # noqa: N805
+    def fork(target: Any, *args: Any, **kwargs: Any) -> "ForkResult[Any]":  # noqa: N805
         """Starts ``count`` independent sandboxes from this snapshot in one call.
 
         ``snap.fork(count, env=None, secrets=None, labels=None, per_child=None,
@@ -179,7 +192,7 @@ class Snapshot(SnapshotInfo):
         per_child: Optional[List[Mapping[str, Any]]] = None,
         name_prefix: Optional[str] = None,
         timeout_secs: Optional[int] = None,
-    ) -> "ForkResult":
+    ) -> "ForkResult[Any]":
         body = fork_body(count, env, secrets, labels, per_child, name_prefix, timeout_secs)
         doc = self._client.request_json("POST", f"/v1/snapshots/{seg(self.id)}/fork", json_body=body, unbounded=True)
         result = ForkResult.from_json(doc, self._client, source_sandbox_id=self.source_sandbox_id)
@@ -231,11 +244,11 @@ def _unlink_quietly(path: str) -> None:
 
 
 @dataclass
-class ForkChild:
+class ForkChild(Generic[S]):
     """One child of a fork: its index and either its sandbox or why it failed."""
 
     index: int
-    sandbox: Optional["Sandbox"] = None
+    sandbox: Optional[S] = None
     error: Optional[errors.SandforkError] = None
 
     @property
@@ -251,7 +264,7 @@ class ForkError(errors.SandforkError):
     still running: terminate them or use them).
     """
 
-    def __init__(self, result: "ForkResult"):
+    def __init__(self, result: "ForkResult[Any]"):
         failed = result.errors
         first = failed[0].error
         summary = f"{len(failed)} of {len(result.children)} forked children failed; first (index {failed[0].index}): {first.message if first else '?'}"
@@ -266,7 +279,7 @@ class CopiedSandbox(CopiedSandboxResponse):
     plus its ``index`` and, when it started, its connected ``sandbox`` handle."""
 
     index: int = 0
-    sandbox: Optional["Sandbox"] = field(default=None, repr=False, compare=False)
+    sandbox: Optional[SandboxHandle] = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -274,7 +287,7 @@ class CopiedSandbox(CopiedSandboxResponse):
         return self.sandbox_id
 
 
-class ForkResult(TracedList["Sandbox"]):
+class ForkResult(TracedList[S]):
     """The outcome of a fork or copy: a list of the sandboxes that started.
 
     Also has Tensorlake's ``CopySandboxResponse`` shape: :attr:`source_sandbox_id`
@@ -284,14 +297,14 @@ class ForkResult(TracedList["Sandbox"]):
     children came from). As a context manager it terminates every child on exit.
     """
 
-    def __init__(self, children: List[ForkChild], snapshot_id: Optional[str] = None, source_sandbox_id: Optional[str] = None):
+    def __init__(self, children: List[ForkChild[S]], snapshot_id: Optional[str] = None, source_sandbox_id: Optional[str] = None):
         super().__init__(c.sandbox for c in children if c.sandbox is not None)
         self.children = children
         self.snapshot_id = snapshot_id
         self.source_sandbox_id = source_sandbox_id
 
     @classmethod
-    def from_json(cls, doc: Dict[str, Any], client: Client, source_sandbox_id: Optional[str] = None) -> "ForkResult":
+    def from_json(cls, doc: Dict[str, Any], client: Client, source_sandbox_id: Optional[str] = None) -> "ForkResult[Any]":
         """Decodes the daemon's ``{children: [...], snapshot_id?}`` fork answer."""
         children = [_child_from_json(c, client) for c in (doc or {}).get("children", [])]
         children.sort(key=lambda c: c.index)
@@ -312,7 +325,7 @@ class ForkResult(TracedList["Sandbox"]):
         return out
 
     @property
-    def errors(self) -> List[ForkChild]:
+    def errors(self) -> List[ForkChild[S]]:
         """The children that failed, each with ``.index`` and ``.error``."""
         return [c for c in self.children if c.error is not None]
 
@@ -321,7 +334,7 @@ class ForkResult(TracedList["Sandbox"]):
         """True when every child started."""
         return not self.errors
 
-    def raise_for_errors(self) -> "ForkResult":
+    def raise_for_errors(self) -> "ForkResult[S]":
         """Raises :class:`ForkError` if any child failed; returns ``self`` otherwise."""
         if self.errors:
             raise ForkError(self)
@@ -335,19 +348,29 @@ class ForkResult(TracedList["Sandbox"]):
             except errors.SandboxNotFoundError:
                 pass
 
-    def __enter__(self) -> "ForkResult":
+    def __enter__(self) -> "ForkResult[S]":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.terminate_all()
 
 
-def _child_from_json(doc: Dict[str, Any], client: Client) -> ForkChild:
-    from .sandbox import Sandbox
+# Makes the handle of a started child: ``(info, client) -> Sandbox``. The sandbox module
+# binds it (it sits above this one and imports it), so no import runs back up.
+SandboxFactory = Callable[[SandboxInfo, Client], SandboxHandle]
+_sandbox_factory: Optional[SandboxFactory] = None
 
+
+def bind_sandbox_factory(factory: SandboxFactory) -> None:
+    global _sandbox_factory
+    _sandbox_factory = factory
+
+
+def _child_from_json(doc: Dict[str, Any], client: Client) -> ForkChild[Any]:
     index = int(doc.get("index", 0))
     if doc.get("sandbox"):
         info = SandboxInfo.from_json(doc["sandbox"])
-        return ForkChild(index, sandbox=Sandbox(info.id, client=client, info=info, owned=True))
+        assert _sandbox_factory is not None, "sandfork.sandbox binds the factory on import"
+        return ForkChild(index, sandbox=_sandbox_factory(info, client))
     err = doc.get("error") or {}
     return ForkChild(index, error=errors.error_from_event(err if isinstance(err, dict) else {"message": str(err)}))

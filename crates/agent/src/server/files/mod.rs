@@ -10,8 +10,8 @@ use std::path::Path;
 use proto::agent::{AgentError, DirEntry, ErrorKind, FileKind, FileStat, Message};
 use tokio::sync::mpsc;
 
-use super::conn::Writer;
 use super::errors::{check_path, invalid, io_error};
+use super::wire::Writer;
 
 pub use read::read_file;
 pub use write::write_file;

@@ -10,8 +10,8 @@ use proto::agent::{AgentError, ErrorKind, FileStat, Message, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
 use super::{blocking, file_stat, too_large};
-use crate::server::conn::Writer;
 use crate::server::errors::{check_path, io_error};
+use crate::server::wire::Writer;
 
 /// Opens a file for reading and positions it: `Stat` goes first, then the data.
 fn open_for_read(

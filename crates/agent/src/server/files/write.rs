@@ -9,8 +9,8 @@ use proto::agent::{AgentError, ErrorKind, Message};
 use tokio::io::AsyncWriteExt;
 
 use super::{blocking, too_large};
-use crate::server::conn::{send_error, Reader, Writer};
 use crate::server::errors::{check_path, invalid, io_error};
+use crate::server::wire::{send_error, Reader, Writer};
 
 /// A temporary file next to the target: removed on drop unless it was renamed over the
 /// target.

@@ -1,0 +1,14 @@
+//! The domain model every other crate speaks: a sandbox's states and the one table of
+//! legal transitions between them, what a snapshot captures, ids and timestamps.
+//!
+//! No I/O and no other crate of the workspace: the daemon, the runtime, the API types and
+//! the command line all build on it.
+
+pub mod ids;
+pub mod lifecycle;
+pub mod snapshot;
+pub mod timestamp;
+
+pub use ids::IdError;
+pub use lifecycle::{plan, Op, Plan, State, ALL_STATES};
+pub use snapshot::SnapshotType;
