@@ -10,5 +10,5 @@ pub mod snapshot;
 pub mod timestamp;
 
 pub use ids::IdError;
-pub use lifecycle::{plan, Op, Plan, State, ALL_STATES};
+pub use lifecycle::{interrupted, plan, Op, Plan, State, ALL_STATES};
 pub use snapshot::SnapshotType;

@@ -133,9 +133,40 @@ pub fn plan(from: State, op: Op) -> Option<Plan> {
     }
 }
 
+/// The operation a crash cut short when a sandbox was recorded in the transitional
+/// `state`, with its plan. Recovery after a daemon restart ends it through the same table
+/// as normal operation: in the plan's `success` state when the work turns out done, in its
+/// `failure` state otherwise.
+pub fn interrupted(state: State) -> Option<(Op, Plan)> {
+    use State::*;
+    let (op, from) = match state {
+        Creating => (Op::Boot, Creating),
+        Checkpointing => (Op::Checkpoint, Running),
+        Suspending => (Op::Suspend, Running),
+        Resuming => (Op::Resume, Suspended),
+        Terminating => (Op::Terminate, Running),
+        Running | Suspended | Terminated | Failed => return None,
+    };
+    plan(from, op).map(|p| (op, p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_transitional_state_has_the_operation_that_entered_it() {
+        for s in ALL_STATES {
+            match interrupted(s) {
+                Some((_, p)) => assert_eq!(p.during, s, "{s}"),
+                None => assert!(!s.is_transitional(), "{s}"),
+            }
+        }
+        let (_, p) = interrupted(State::Checkpointing).unwrap();
+        assert_eq!((p.success, p.failure), (State::Running, State::Running));
+        let (_, p) = interrupted(State::Resuming).unwrap();
+        assert_eq!((p.success, p.failure), (State::Running, State::Suspended));
+    }
 
     #[test]
     fn names_round_trip() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{lock, Entry, Manager};
 use crate::error::Result;
 use crate::store::SandboxRow;
-use model::State;
+use model::{interrupted, plan, Op, State};
 
 impl Manager {
     pub(super) async fn recover(&self) -> Result<()> {
@@ -54,7 +54,8 @@ impl Manager {
         Ok(())
     }
 
-    /// Recovers one sandbox; `dead` is why its agent or disk server died, if one did.
+    /// Recovers one sandbox; `dead` is why its agent or disk server died, if one did. An
+    /// operation the restart cut short ends as `model::interrupted` plans it.
     async fn recover_one(&self, row: SandboxRow, dead: Option<String>) -> Result<()> {
         let state = row.view.state;
         let entry = Entry::new(row);
@@ -62,52 +63,58 @@ impl Manager {
         self.registry_mut()
             .entries
             .insert(id.clone(), entry.clone());
-        match state {
-            State::Running | State::Checkpointing if dead.is_some() => {
-                let reason = dead.unwrap_or_default();
+        let cut_short = interrupted(state);
+        match (state, dead) {
+            (State::Running | State::Checkpointing, Some(reason)) => {
                 let _ = self.backend.destroy(&id).await;
                 tracing::warn!(sandbox = %id, %reason, "sandbox died while the daemon was down");
+                let failed = plan(State::Running, Op::Fail).map_or(State::Failed, |p| p.success);
                 let msg = format!("{reason} while the daemon was down");
-                self.set_state(&entry, State::Failed, Some(msg)).await
+                self.set_state(&entry, failed, Some(msg)).await
             }
-            State::Running => self.readopt(&entry).await,
-            State::Suspended => {
+            (State::Running, None) => self.readopt(&entry).await,
+            (State::Suspended, None) => {
                 self.registry_mut()
                     .admission
                     .force(&id, entry.row().boot.memory_mb);
                 Ok(())
             }
-            State::Suspending | State::Resuming => self.recover_suspend(&entry).await,
-            State::Checkpointing => {
+            (State::Suspending | State::Resuming, _) => self.recover_suspend(&entry).await,
+            (State::Checkpointing, None) => {
                 // The checkpoint is lost (recovery removes its files); the source goes on.
-                lock(&entry.row).view.state = State::Running;
-                self.store.put_sandbox(entry.row()).await?;
+                if let Some((_, p)) = cut_short {
+                    self.set_state(&entry, p.failure, None).await?;
+                }
                 self.readopt(&entry).await
             }
-            State::Terminating => self.finish_terminate(&entry).await,
-            s if s.is_transitional() => {
-                let _ = self.backend.destroy(&id).await;
-                let msg = format!("Interrupted while {s} by a daemon restart");
-                tracing::warn!(sandbox = %id, "{msg}");
-                self.set_state(&entry, State::Failed, Some(msg)).await
-            }
-            _ => Ok(()),
+            (State::Terminating, _) => self.finish_terminate(&entry).await,
+            (s, _) => match cut_short {
+                Some((_, p)) => {
+                    let _ = self.backend.destroy(&id).await;
+                    let msg = format!("Interrupted while {s} by a daemon restart");
+                    tracing::warn!(sandbox = %id, "{msg}");
+                    self.set_state(&entry, p.failure, Some(msg)).await
+                }
+                None => Ok(()),
+            },
         }
     }
 
     /// A terminate cut short by the restart is finished: the sandbox was to go.
     async fn finish_terminate(&self, entry: &Arc<Entry>) -> Result<()> {
         let id = entry.view().id;
+        let (success, failure) = interrupted(State::Terminating)
+            .map_or((State::Terminated, State::Failed), |(_, p)| (p.success, p.failure));
         match self.backend.destroy(&id).await {
             Ok(()) => {
-                self.set_state(entry, State::Terminated, None).await?;
+                self.set_state(entry, success, None).await?;
                 self.drop_suspended_state(&id).await;
                 tracing::info!(sandbox = %id, "interrupted terminate finished");
                 Ok(())
             }
             Err(e) => {
                 let msg = format!("Terminate failed: {e}");
-                self.set_state(entry, State::Failed, Some(msg)).await
+                self.set_state(entry, failure, Some(msg)).await
             }
         }
     }

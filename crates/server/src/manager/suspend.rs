@@ -11,7 +11,7 @@ use crate::backend::RestoreFrom;
 use crate::error::{Error, Result};
 use api_types::Sandbox;
 use model::SnapshotType;
-use model::{plan, Op, State};
+use model::{interrupted, plan, Op, State};
 
 /// The internal snapshot holding a suspended sandbox.
 pub fn suspend_snapshot_id(sandbox_id: &str) -> String {
@@ -104,25 +104,30 @@ impl Manager {
     /// otherwise.
     pub(super) async fn recover_suspend(&self, entry: &Arc<super::Entry>) -> Result<()> {
         let view = entry.view();
+        let Some((op, p)) = interrupted(view.state) else {
+            return Ok(());
+        };
         let saved = self
             .store
             .snapshot(suspend_snapshot_id(&view.id))
             .await?
             .is_some();
-        if !saved && view.state == State::Suspending {
+        if !saved && op == Op::Suspend {
             tracing::warn!(sandbox = %view.id, "suspend interrupted before its state was saved; running on");
-            lock(&entry.row).view.state = State::Running;
-            self.store.put_sandbox(entry.row()).await?;
+            self.set_state(entry, p.failure, None).await?;
             return self.readopt(entry).await;
         }
         let _ = self.backend.destroy(&view.id).await;
         if saved {
+            // A suspend whose state was saved is done; a resume cut short failed back to
+            // its suspended state. Either way the sandbox is suspended.
+            let suspended = if op == Op::Suspend { p.success } else { p.failure };
             tracing::warn!(sandbox = %view.id, state = %view.state, "interrupted; suspended again");
             self.registry_mut()
                 .admission
                 .force(&view.id, entry.row().boot.memory_mb);
             lock(&entry.row).view.network.address = None;
-            return self.set_state(entry, State::Suspended, None).await;
+            return self.set_state(entry, suspended, None).await;
         }
         let msg = format!("Interrupted while {} by a daemon restart", view.state);
         self.set_state(entry, State::Failed, Some(msg)).await
