@@ -23,8 +23,7 @@ pub fn quiet_on_closed_stdout() {
     }
 }
 
-/// The error chain on one line.
+/// The error chain on one line (anyhow's alternate form joins the causes with `: `).
 pub fn one_line(e: &anyhow::Error) -> String {
-    let parts: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-    parts.join(": ").replace('\n', " ")
+    format!("{e:#}").replace('\n', " ")
 }

@@ -98,37 +98,30 @@ pub fn abort_and_detach_fuse(dir: &Path) {
 
 /// Whether `pid` is a live (not zombie) process.
 pub fn process_alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X']))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    procfs::process::Process::new(pid)
+        .and_then(|p| p.stat())
+        .is_ok_and(|s| !matches!(s.state, 'Z' | 'X'))
 }
 
 /// A running disk server: its pid and run directory, from its command line.
 pub fn disk_servers() -> Vec<(i32, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| Some((pid, server_dir_of(pid)?)))
+    all.flatten()
+        .filter_map(|p| Some((p.pid, server_dir_of(p.pid)?)))
         .collect()
 }
 
 /// The run directory of disk server `pid`, or `None` when `pid` is no disk server.
 pub fn server_dir_of(pid: i32) -> Option<PathBuf> {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-    let exe = Path::new(std::str::from_utf8(args.first()?).ok()?);
-    if exe.file_name()? != "sandfork-disk" || args.get(1) != Some(&&b"serve"[..]) {
+    let args = procfs::process::Process::new(pid).ok()?.cmdline().ok()?;
+    let exe = Path::new(args.first()?);
+    if exe.file_name()? != "sandfork-disk" || args.get(1).map(String::as_str) != Some("serve") {
         return None;
     }
-    let at = args.iter().position(|a| *a == b"--dir")?;
-    let dir = std::str::from_utf8(args.get(at + 1)?).ok()?;
-    Some(PathBuf::from(dir))
+    let at = args.iter().position(|a| a == "--dir")?;
+    Some(PathBuf::from(args.get(at + 1)?))
 }
 
 #[cfg(test)]

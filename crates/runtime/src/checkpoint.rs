@@ -186,13 +186,12 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
 /// Whether a `runc --root <root> [verb] … <name>` process is alive (any verb when `None`).
 fn runc_running(root: &Path, name: &str, verb: Option<&str>) -> bool {
     let root = root.to_string_lossy();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return false;
     };
-    procs.flatten().any(|p| {
-        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let has = |s: &str| args.contains(&s.as_bytes());
+    all.flatten().any(|p| {
+        let args = p.cmdline().unwrap_or_default();
+        let has = |s: &str| args.iter().any(|a| a == s);
         verb.is_none_or(has) && has(name) && has(&root)
     })
 }

@@ -182,27 +182,26 @@ fn kill_processes_in(dir: &Path) {
     }
 }
 
+/// Processes rooted in, working in, or naming `dir` on their command line.
 fn processes_in(dir: &Path) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
     let text = dir.to_string_lossy().into_owned();
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != std::process::id() as i32)
-        .filter(|pid| {
-            let proc = Path::new("/proc").join(pid.to_string());
-            let inside =
-                |link: &str| std::fs::read_link(proc.join(link)).is_ok_and(|p| p.starts_with(dir));
-            let cmdline = std::fs::read(proc.join("cmdline")).unwrap_or_default();
-            inside("root") || inside("cwd") || String::from_utf8_lossy(&cmdline).contains(&text)
+    all.flatten()
+        .filter(|p| p.pid != std::process::id() as i32)
+        .filter(|p| {
+            let inside = |link: procfs::ProcResult<std::path::PathBuf>| link.is_ok_and(|l| l.starts_with(dir));
+            inside(p.root())
+                || inside(p.cwd())
+                || p.cmdline().is_ok_and(|args| args.iter().any(|a| a.contains(&text)))
         })
+        .map(|p| p.pid)
         .collect()
 }
 
 fn process_exists(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
+    procfs::process::Process::new(pid as i32).is_ok()
 }
 
 /// The process id in a build directory's name (`.build-<name>-<pid>-<n>`).

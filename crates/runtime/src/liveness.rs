@@ -67,18 +67,13 @@ impl ProcStat {
     }
 }
 
-/// Parses `/proc/<pid>/stat` (the command name may hold spaces and parentheses).
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // Field 22 overall is the 20th after the command name.
-    let start = fields.nth(18)?.parse().ok()?;
-    Some(ProcStat { state, start })
-}
-
+/// What `/proc/<pid>/stat` says of `pid`, if it exists.
 fn proc_stat(pid: u32) -> Option<ProcStat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    let stat = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?;
+    Some(ProcStat {
+        state: stat.state,
+        start: stat.starttime,
+    })
 }
 
 /// The host pid of a container's init (the agent), from runc's state file; `None` when
@@ -126,8 +121,9 @@ fn disk_server(run_dir: &Path) -> Result<Liveness> {
     let Some(pid) = pid else {
         return Ok(Liveness::DiskServerDied { pid: None });
     };
-    let serves_it = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|cmd| cmd.split(|b| *b == 0).any(|arg| names(arg, run_dir)));
+    let serves_it = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.cmdline())
+        .is_ok_and(|cmd| cmd.iter().any(|arg| names(arg, run_dir)));
     let alive = serves_it && proc_stat(pid).is_some_and(|s| !s.exited());
     Ok(if alive {
         Liveness::Alive
@@ -138,13 +134,10 @@ fn disk_server(run_dir: &Path) -> Result<Liveness> {
 
 /// Whether command-line argument `arg` names directory `dir` (a daemon started with
 /// another spelling of the data directory may have started the server).
-fn names(arg: &[u8], dir: &Path) -> bool {
-    if arg == dir.as_os_str().as_encoded_bytes() {
+fn names(arg: &str, dir: &Path) -> bool {
+    if Path::new(arg) == dir {
         return true;
     }
-    let Ok(arg) = std::str::from_utf8(arg) else {
-        return false;
-    };
     let same = |a: &Path| a.canonicalize().ok();
     arg.ends_with("disk") && same(Path::new(arg)).is_some_and(|a| Some(a) == same(dir))
 }
@@ -152,21 +145,6 @@ fn names(arg: &[u8], dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_stat_with_odd_command_names() {
-        let line = "4242 (a b) c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
-                    1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-        assert_eq!(
-            parse_stat(line),
-            Some(ProcStat {
-                state: 'S',
-                start: 987654
-            })
-        );
-        assert_eq!(parse_stat("garbage"), None);
-        assert_eq!(parse_stat("1 (x) Z 0"), None);
-    }
 
     #[test]
     fn own_process_is_alive_with_its_start_time() {
@@ -199,10 +177,10 @@ mod tests {
         let run = dir.path().join("disk");
         std::fs::create_dir(&run).unwrap();
         let odd = format!("{}/./disk", dir.path().display());
-        assert!(names(run.as_os_str().as_encoded_bytes(), &run));
-        assert!(names(odd.as_bytes(), &run));
-        assert!(!names(b"--dir", &run));
-        assert!(!names(dir.path().as_os_str().as_encoded_bytes(), &run));
+        assert!(names(run.to_str().unwrap(), &run));
+        assert!(names(&odd, &run));
+        assert!(!names("--dir", &run));
+        assert!(!names(dir.path().to_str().unwrap(), &run));
     }
 
     #[test]

@@ -210,25 +210,12 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
 
 /// Pids whose parent is the agent: its own children and the orphans it adopted.
 fn children() -> Vec<i32> {
-    let me = std::process::id().to_string();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
+    let me = std::process::id() as i32;
+    let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    let parent_of = |stat: &str| -> Option<String> {
-        Some(
-            stat.rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .to_string(),
-        )
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            (parent_of(&stat)? == me).then_some(pid)
-        })
+    all.flatten()
+        .filter_map(|p| (p.stat().ok()?.ppid == me).then_some(p.pid))
         .collect()
 }
 

@@ -126,13 +126,13 @@ fn first_line(detail: &str) -> &str {
 
 /// "process `comm` (pid N in the sandbox)" for host pid `pid`, as far as /proc tells.
 pub(crate) fn describe_process(pid: u32) -> String {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let status = procfs::process::Process::new(pid as i32).and_then(|p| p.status());
+    let comm = status.as_ref().map(|s| s.name.clone()).unwrap_or_default();
     // NSpid lists the pid in each nested namespace; the last is the sandbox's.
     let inside = status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
-        .and_then(|v| v.split_whitespace().last().map(str::to_string));
+        .ok()
+        .and_then(|s| s.nspid)
+        .and_then(|ns| ns.last().map(i32::to_string));
     match (comm.trim(), inside) {
         ("", _) => format!("process {pid} (host pid)"),
         (comm, Some(p)) => format!("process {comm} (pid {p} in the sandbox)"),
@@ -271,8 +271,7 @@ impl CheckpointHost for RealHost {
             .lines()
             .filter_map(|l| l.trim().parse::<u32>().ok())
             .filter_map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                let state = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?.state;
                 matches!(state, 'T' | 't').then(|| {
                     let how = if state == 'T' {
                         "stopped by a signal"
