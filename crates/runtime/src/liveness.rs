@@ -69,7 +69,10 @@ impl ProcStat {
 
 /// What `/proc/<pid>/stat` says of `pid`, if it exists.
 fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let stat = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?;
+    let stat = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .stat()
+        .ok()?;
     Some(ProcStat {
         state: stat.state,
         start: stat.starttime,

@@ -104,7 +104,9 @@ impl Manager {
     async fn finish_terminate(&self, entry: &Arc<Entry>) -> Result<()> {
         let id = entry.view().id;
         let (success, failure) = interrupted(State::Terminating)
-            .map_or((State::Terminated, State::Failed), |(_, p)| (p.success, p.failure));
+            .map_or((State::Terminated, State::Failed), |(_, p)| {
+                (p.success, p.failure)
+            });
         match self.backend.destroy(&id).await {
             Ok(()) => {
                 self.set_state(entry, success, None).await?;

@@ -121,7 +121,11 @@ impl Manager {
         if saved {
             // A suspend whose state was saved is done; a resume cut short failed back to
             // its suspended state. Either way the sandbox is suspended.
-            let suspended = if op == Op::Suspend { p.success } else { p.failure };
+            let suspended = if op == Op::Suspend {
+                p.success
+            } else {
+                p.failure
+            };
             tracing::warn!(sandbox = %view.id, state = %view.state, "interrupted; suspended again");
             self.registry_mut()
                 .admission

@@ -271,7 +271,11 @@ impl CheckpointHost for RealHost {
             .lines()
             .filter_map(|l| l.trim().parse::<u32>().ok())
             .filter_map(|pid| {
-                let state = procfs::process::Process::new(pid as i32).ok()?.stat().ok()?.state;
+                let state = procfs::process::Process::new(pid as i32)
+                    .ok()?
+                    .stat()
+                    .ok()?
+                    .state;
                 matches!(state, 'T' | 't').then(|| {
                     let how = if state == 'T' {
                         "stopped by a signal"
