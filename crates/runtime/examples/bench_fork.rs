@@ -18,7 +18,7 @@ use anyhow::{ensure, Context, Result};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
 use runtime::{
-    CheckpointKind, ContainerRuntime, ImageRef, Resources, RestoreOptions, Runtime, RuntimeConfig,
+    CheckpointKind, ContainerRuntime, ImageRef, Resources, RestoreOptions, RuntimeConfig,
     SandboxSpec, SnapshotSource,
 };
 use tokio::sync::Semaphore;

@@ -19,7 +19,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, ImageMeta, Images, Source};
-use runtime::{ContainerRuntime, ImageRef, Resources, Runtime, RuntimeConfig, SandboxSpec};
+use runtime::{ContainerRuntime, ImageRef, Resources, RuntimeConfig, SandboxSpec};
 
 struct Args {
     runs: usize,

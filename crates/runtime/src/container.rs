@@ -4,14 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-
 use crate::error::{Error, Result};
 use crate::host::{ContainerStatus, Host, Usage};
 use crate::layout::{Layout, Record};
 use crate::lifecycle::{self, Ctx};
 use crate::net::NetConfig;
-use crate::{Runtime, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStatus};
+use crate::{SandboxHandle, SandboxInfo, SandboxSpec, SandboxStatus};
 
 /// Settings of a [`ContainerRuntime`].
 #[derive(Debug, Clone)]
@@ -217,14 +215,18 @@ impl ContainerRuntime {
     }
 }
 
-#[async_trait]
-impl Runtime for ContainerRuntime {
-    async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle> {
+/// The sandbox runtime: one sandbox's whole life on this host, checkpoints and restores
+/// included. Every side effect goes through its [`Host`].
+impl ContainerRuntime {
+    /// Creates and boots a sandbox; returns once its agent answers. A failed create
+    /// leaves nothing behind.
+    pub async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle> {
         self.blocking(move |i| lifecycle::create(&i.ctx(), spec).map(|r| i.handle(&r)))
             .await
     }
 
-    async fn agent(&self, id: &str) -> Result<agent_client::AgentClient> {
+    /// A client for a sandbox's agent: the exec channel.
+    pub async fn agent(&self, id: &str) -> Result<agent_client::AgentClient> {
         let id = id.to_string();
         let handle = self.blocking(move |i| {
             let record = lifecycle::load(&i.ctx(), &id)?;
@@ -233,43 +235,51 @@ impl Runtime for ContainerRuntime {
         Ok(handle.await?.agent())
     }
 
-    async fn stop(&self, id: &str) -> Result<()> {
+    /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
+    pub async fn stop(&self, id: &str) -> Result<()> {
         let id = id.to_string();
         self.blocking(move |i| lifecycle::stop(&i.ctx(), &id)).await
     }
 
-    async fn start(&self, id: &str) -> Result<SandboxHandle> {
+    /// Boots a stopped sandbox again on its disk.
+    pub async fn start(&self, id: &str) -> Result<SandboxHandle> {
         let id = id.to_string();
         self.blocking(move |i| lifecycle::restart(&i.ctx(), &id).map(|r| i.handle(&r)))
             .await
     }
 
-    async fn destroy(&self, id: &str) -> Result<()> {
+    /// Removes everything the sandbox holds. Idempotent.
+    pub async fn destroy(&self, id: &str) -> Result<()> {
         let id = id.to_string();
         crate::spec::validate_id(&id).map_err(|_| Error::NotFound(id.clone()))?;
         self.blocking(move |i| lifecycle::destroy(&i.ctx(), &id))
             .await
     }
 
-    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+    pub async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
         let id = id.to_string();
         self.blocking(move |i| i.inspect(&id)).await
     }
 
-    async fn list(&self) -> Result<Vec<String>> {
+    /// Ids of every sandbox in the data directory.
+    pub async fn list(&self) -> Result<Vec<String>> {
         self.blocking(|i| i.list()).await
     }
 
-    async fn adopt(&self, id: &str) -> Result<SandboxHandle> {
+    /// Re-attaches to a running (or stopped on request) sandbox after a daemon restart.
+    pub async fn adopt(&self, id: &str) -> Result<SandboxHandle> {
         let id = id.to_string();
         self.blocking(move |i| i.adopt(&id)).await
     }
 
-    async fn cleanup_stale(&self) -> Result<Vec<String>> {
+    /// Removes what dead sandboxes left behind; returns their ids.
+    pub async fn cleanup_stale(&self) -> Result<Vec<String>> {
         self.blocking(|i| crate::stale::cleanup(&i.ctx())).await
     }
 
-    async fn set_egress(
+    /// Replaces the egress lists of a running sandbox with `internet` (effective at once,
+    /// and kept across restarts of the daemon).
+    pub async fn set_egress(
         &self,
         id: &str,
         allow_out: Vec<crate::Cidr>,
@@ -280,13 +290,18 @@ impl Runtime for ContainerRuntime {
             .await
     }
 
-    async fn liveness(&self, id: &str) -> Result<crate::Liveness> {
+    /// Whether the agent and the disk server of a sandbox whose container should be
+    /// running are alive (a cheap check: files only, no runc call).
+    pub async fn liveness(&self, id: &str) -> Result<crate::Liveness> {
         let id = id.to_string();
         crate::spec::validate_id(&id).map_err(|_| Error::NotFound(id.clone()))?;
         self.blocking(move |i| i.liveness(&id)).await
     }
 
-    async fn checkpoint(
+    /// Checkpoints a running sandbox, which keeps running; memory images go to
+    /// `memory_dir` (needed for [`CheckpointKind::Memory`]). A failed checkpoint leaves no
+    /// files in `memory_dir`.
+    pub async fn checkpoint(
         &self,
         id: &str,
         kind: crate::CheckpointKind,
@@ -299,7 +314,9 @@ impl Runtime for ContainerRuntime {
         .await
     }
 
-    async fn restore(
+    /// Creates sandbox `spec.id` from a snapshot (warm from memory images, else a cold
+    /// boot on the snapshot's disk), then applies `opts`. A failed restore leaves nothing.
+    pub async fn restore(
         &self,
         spec: SandboxSpec,
         from: crate::SnapshotSource,

@@ -23,8 +23,6 @@ mod stale;
 
 use std::path::PathBuf;
 
-use async_trait::async_trait;
-
 pub use checkpoint::{CheckpointInfo, CheckpointKind, RestoreOptions, SnapshotSource};
 pub use container::{ContainerRuntime, RuntimeConfig};
 pub use disk::fuse::FlushMode;
@@ -80,52 +78,6 @@ pub struct SandboxInfo {
     pub spec: SandboxSpec,
     /// Seconds since the Unix epoch.
     pub created_at: u64,
-}
-
-/// A sandbox runtime. Checkpoint and restore join this trait with memory snapshots.
-#[async_trait]
-pub trait Runtime: Send + Sync {
-    /// Creates and boots a sandbox; returns once its agent answers. A failed create
-    /// leaves nothing behind.
-    async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle>;
-    /// A client for a sandbox's agent: the exec channel.
-    async fn agent(&self, id: &str) -> Result<agent_client::AgentClient>;
-    /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
-    async fn stop(&self, id: &str) -> Result<()>;
-    /// Boots a stopped sandbox again on its disk.
-    async fn start(&self, id: &str) -> Result<SandboxHandle>;
-    /// Removes everything the sandbox holds. Idempotent.
-    async fn destroy(&self, id: &str) -> Result<()>;
-    async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
-    /// Ids of every sandbox in the data directory.
-    async fn list(&self) -> Result<Vec<String>>;
-    /// Re-attaches to a running (or stopped on request) sandbox after a daemon restart.
-    async fn adopt(&self, id: &str) -> Result<SandboxHandle>;
-    /// Removes what dead sandboxes left behind; returns their ids.
-    async fn cleanup_stale(&self) -> Result<Vec<String>>;
-    /// Replaces the egress lists of a running sandbox with `internet` (effective at once,
-    /// and kept across restarts of the daemon).
-    async fn set_egress(&self, id: &str, allow_out: Vec<Cidr>, deny_out: Vec<Cidr>) -> Result<()>;
-    /// Whether the agent and the disk server of a sandbox whose container should be
-    /// running are alive (a cheap check: files only, no runc call).
-    async fn liveness(&self, id: &str) -> Result<Liveness>;
-    /// Checkpoints a running sandbox, which keeps running; memory images go to
-    /// `memory_dir` (needed for [`CheckpointKind::Memory`]). A failed checkpoint leaves no
-    /// files in `memory_dir`.
-    async fn checkpoint(
-        &self,
-        id: &str,
-        kind: CheckpointKind,
-        memory_dir: Option<PathBuf>,
-    ) -> Result<CheckpointInfo>;
-    /// Creates sandbox `spec.id` from a snapshot (warm from memory images, else a cold
-    /// boot on the snapshot's disk), then applies `opts`. A failed restore leaves nothing.
-    async fn restore(
-        &self,
-        spec: SandboxSpec,
-        from: SnapshotSource,
-        opts: RestoreOptions,
-    ) -> Result<SandboxHandle>;
 }
 
 /// The agent binary for sandboxes: `SANDFORK_AGENT_BIN` when set (for development; it

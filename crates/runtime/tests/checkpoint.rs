@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{req, sh, unique_id, TestEnv};
 use proto::agent::Identity;
-use runtime::{CheckpointKind, RestoreOptions, Runtime, SnapshotSource};
+use runtime::{CheckpointKind, RestoreOptions, SnapshotSource};
 
 /// Starts a process holding a value only in memory (its file is deleted) that rewrites
 /// it to /tmp/out every 50 ms, and an HTTP server on port 8080.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use common::{sh, unique_id, TestEnv};
 use runtime::image::{import_oci_layout, import_tarball, BuildSpec, Images, Source};
-use runtime::{Resources, Runtime, SandboxSpec};
+use runtime::{Resources, SandboxSpec};
 use sha2::{Digest, Sha256};
 
 /// A tar archive of `(path, contents)` files (directories implied by `path/`).

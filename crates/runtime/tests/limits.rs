@@ -3,7 +3,6 @@
 mod common;
 
 use common::{sh, TestEnv};
-use runtime::Runtime;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn allocation_past_memory_limit_dies_inside() {

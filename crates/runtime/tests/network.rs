@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{sh, TestEnv};
-use runtime::{Cidr, NetworkMode, Runtime};
+use runtime::{Cidr, NetworkMode};
 
 fn ip(args: &[&str]) {
     let st = Command::new("ip").args(args).status().unwrap();

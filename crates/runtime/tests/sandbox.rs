@@ -4,7 +4,6 @@ mod common;
 
 use common::{req, sh, TestEnv};
 use proto::agent::StdinMode;
-use runtime::Runtime;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn echo_has_exact_output_and_exit_code() {

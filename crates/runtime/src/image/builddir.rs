@@ -144,7 +144,6 @@ fn mounts_below(dir: &Path) -> Vec<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     #[test]

@@ -11,9 +11,7 @@ use proto::agent::{ExecRequest, StdinMode};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
 use runtime::net::NetConfig;
-use runtime::{
-    ContainerRuntime, ImageRef, NetworkMode, Resources, Runtime, RuntimeConfig, SandboxSpec,
-};
+use runtime::{ContainerRuntime, ImageRef, NetworkMode, Resources, RuntimeConfig, SandboxSpec};
 
 pub struct TestEnv {
     pub runtime: ContainerRuntime,

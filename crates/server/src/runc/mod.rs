@@ -1,6 +1,6 @@
 //! The [`Backend`] on the container runtime (runc) and the in-sandbox agent.
 //!
-//! Lifecycle calls go to [`runtime::Runtime`]; data-plane calls open a connection to the
+//! Lifecycle calls go to [`runtime::ContainerRuntime`]; data-plane calls open a connection to the
 //! sandbox's agent and pump it into bounded channels, so the daemon never buffers more than
 //! [`STREAM_DEPTH`] chunks of anyone's output.
 
@@ -15,9 +15,7 @@ use bytes::Bytes;
 use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo, SpawnRequest};
 use runtime::host::{Disks, RealHost};
 use runtime::image::{BuildSpec, Images, Source};
-use runtime::{
-    ContainerRuntime, ImageRef, NetworkMode, Resources, Runtime, RuntimeConfig, SandboxSpec,
-};
+use runtime::{ContainerRuntime, ImageRef, NetworkMode, Resources, RuntimeConfig, SandboxSpec};
 use tokio::sync::mpsc;
 
 use crate::backend::*;
@@ -34,7 +32,7 @@ use streams::{pump_attach, pump_exec, until_error};
 /// The container runtime as the daemon's backend.
 pub struct RuncBackend {
     data_dir: std::path::PathBuf,
-    runtime: Arc<dyn Runtime>,
+    runtime: Arc<ContainerRuntime>,
     images: Arc<Images>,
     agents: Mutex<HashMap<String, AgentClient>>,
 }
