@@ -60,6 +60,25 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Whether a disk ran out of room somewhere in this error's causes: `ENOSPC` or
+    /// `EDQUOT` from a file operation or a system call, however deep (the disk server's and
+    /// the block store's errors keep theirs as typed sources). Read from the causes
+    /// themselves, never from messages.
+    pub fn is_storage_full(&self) -> bool {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cause {
+            let errno = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::raw_os_error)
+                .or_else(|| e.downcast_ref::<nix::Error>().map(|n| *n as i32));
+            if matches!(errno, Some(libc::ENOSPC | libc::EDQUOT)) {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
     /// An I/O error on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
@@ -77,5 +96,29 @@ pub(crate) trait IoContext<T> {
 impl<T> IoContext<T> for std::io::Result<T> {
     fn at(self, path: impl Into<PathBuf>) -> Result<T> {
         self.map_err(|e| Error::io(path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_found_in_the_causes() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        assert!(Error::io("/x", full).is_storage_full());
+        let deep = disk::Error::Io {
+            context: "write".into(),
+            source: std::io::Error::from_raw_os_error(libc::EDQUOT),
+        };
+        assert!(Error::Disk(Box::new(deep)).is_storage_full());
+        let sys = disk::Error::Sys {
+            context: "fallocate".into(),
+            source: nix::Error::ENOSPC,
+        };
+        assert!(Error::Disk(Box::new(sys)).is_storage_full());
+        let other = std::io::Error::from_raw_os_error(libc::EACCES);
+        assert!(!Error::io("/x", other).is_storage_full());
+        assert!(!Error::Checkpoint("No space left on device".into()).is_storage_full());
     }
 }

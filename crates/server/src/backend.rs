@@ -47,6 +47,9 @@ pub enum BackendError {
     /// The sandbox or its agent is unreachable or broken.
     #[error("{0}")]
     Unavailable(String),
+    /// A disk (the host's, or the sandbox's own) ran out of room.
+    #[error("{0}")]
+    StorageFull(String),
     /// The host failed to set something up (runc, disk, network).
     #[error("{0}")]
     Host(String),

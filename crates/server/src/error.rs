@@ -101,7 +101,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<BackendError> for Error {
     fn from(e: BackendError) -> Self {
-        if says_storage_full(&e.to_string()) {
+        // Typed where the cause is typed; messages of other programs (CRIU, tar, the
+        // agent's) only as text.
+        if matches!(e, BackendError::StorageFull(_)) || says_storage_full(&e.to_string()) {
             return storage_full(&e.to_string());
         }
         match e {

@@ -6,6 +6,9 @@ use proto::agent::ErrorKind;
 use crate::backend::BackendError;
 
 pub fn host_err(e: runtime::Error) -> BackendError {
+    if e.is_storage_full() {
+        return BackendError::StorageFull(error_chain(&e));
+    }
     match e {
         runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
         runtime::Error::NotFound(id) => BackendError::Unavailable(format!("Sandbox {id} is gone")),
