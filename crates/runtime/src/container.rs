@@ -216,7 +216,8 @@ impl ContainerRuntime {
 }
 
 /// The sandbox runtime: one sandbox's whole life on this host, checkpoints and restores
-/// included. Every side effect goes through its [`Host`].
+/// included. Its side effects go through its [`Host`] (but for plain files in the
+/// sandbox directory).
 impl ContainerRuntime {
     /// Creates and boots a sandbox; returns once its agent answers. A failed create
     /// leaves nothing behind.
