@@ -5,10 +5,12 @@
 //! the command line all build on it.
 
 pub mod ids;
+pub mod labels;
 pub mod lifecycle;
 pub mod snapshot;
 pub mod timestamp;
 
 pub use ids::IdError;
+pub use labels::LabelError;
 pub use lifecycle::{interrupted, plan, Op, Plan, State, ALL_STATES};
 pub use snapshot::SnapshotType;

@@ -74,6 +74,12 @@ impl From<std::io::Error> for Error {
     }
 }
 
+impl From<model::LabelError> for Error {
+    fn from(e: model::LabelError) -> Self {
+        Error::InvalidArgument(e.0)
+    }
+}
+
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
         let chain = chain_of(&e);

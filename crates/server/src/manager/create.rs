@@ -118,6 +118,7 @@ pub fn validate(req: &CreateSandbox) -> Result<()> {
         )));
     }
     check_env(&req.env)?;
+    model::labels::check(&req.labels)?;
     check_env(&req.secrets)?;
     network_of(req)?;
     check_entrypoint(req)

@@ -312,6 +312,9 @@ fn check_fork(req: &ForkRequest) -> Result<()> {
         ..Default::default()
     };
     validate(&check)?;
+    for i in 0..req.count {
+        model::labels::check(&child_of(req, i).labels)?;
+    }
     for c in &req.per_child {
         validate(&CreateSandbox {
             env: c.env.clone(),

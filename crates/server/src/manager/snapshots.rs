@@ -35,6 +35,7 @@ impl Manager {
     /// complete.
     pub async fn checkpoint(&self, id_or_name: &str, args: CheckpointArgs) -> Result<Snapshot> {
         self.check_open()?;
+        model::labels::check(&args.labels)?;
         let entry = self.find(id_or_name)?;
         let _op = entry.op.lock().await;
         let view = entry.view();

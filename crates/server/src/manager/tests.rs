@@ -856,7 +856,7 @@ async fn labels_are_set_and_removed_in_one_step_and_checked() {
         )
         .await
         .unwrap_err();
-    assert!(e.message().contains("at most 64 labels"), "{e}");
+    assert!(e.message().contains("At most 64 labels"), "{e}");
     assert_eq!(
         m.get(&sb.id).unwrap().labels,
         want,
@@ -868,4 +868,62 @@ async fn labels_are_set_and_removed_in_one_step_and_checked() {
         .await
         .unwrap_err();
     assert_eq!(e.status_code().0, 409);
+}
+
+#[tokio::test]
+async fn labels_follow_the_same_rules_at_create_update_fork_and_checkpoint() {
+    use api_types::{ChildSpec, ForkRequest, UpdateSandbox};
+    let s = setup(10, 10_000);
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let bad = || std::collections::BTreeMap::from([("bad key".to_string(), "v".to_string())]);
+    let mut create = req(64);
+    create.labels = bad();
+    let e = m.create(create).await.unwrap_err();
+    assert_eq!(e.status_code().0, 400, "{e}");
+    assert!(fake.live.lock().unwrap().is_empty(), "nothing booted");
+    let sb = m.create(req(64)).await.unwrap();
+    let update = UpdateSandbox {
+        labels: Some(bad()),
+        ..Default::default()
+    };
+    assert_eq!(
+        m.update(&sb.id, update).await.unwrap_err().status_code().0,
+        400
+    );
+    let fork = ForkRequest {
+        count: 2,
+        per_child: vec![ChildSpec {
+            labels: bad(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert_eq!(
+        m.fork_sandbox(&sb.id, fork)
+            .await
+            .unwrap_err()
+            .status_code()
+            .0,
+        400
+    );
+    let args = super::CheckpointArgs {
+        kind: model::SnapshotType::Filesystem,
+        name: None,
+        hooks: vec![],
+        labels: bad(),
+    };
+    assert_eq!(
+        m.checkpoint(&sb.id, args)
+            .await
+            .unwrap_err()
+            .status_code()
+            .0,
+        400
+    );
+    assert_eq!(
+        m.get(&sb.id).unwrap().state,
+        State::Running,
+        "a refused request changed nothing"
+    );
 }

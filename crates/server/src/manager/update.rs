@@ -3,17 +3,11 @@
 use std::collections::BTreeMap;
 
 use api_types::{LabelsPatch, NetworkModeName, Sandbox, UpdateSandbox};
-use model::State;
+use model::{labels, State};
 
 use super::create::{check_cidrs, check_name};
 use super::{lock, Manager};
 use crate::error::{Error, Result};
-
-/// Most labels one sandbox may carry through a patch.
-pub const MAX_LABELS: usize = 64;
-/// Longest label key, and longest value.
-const MAX_KEY: usize = 63;
-const MAX_VALUE: usize = 256;
 
 impl Manager {
     /// Applies `req` to a live sandbox; egress lists take effect at once on a running one
@@ -27,6 +21,9 @@ impl Manager {
         }
         if let Some(name) = &req.name {
             check_name(name)?;
+        }
+        if let Some(new) = &req.labels {
+            labels::check(new)?;
         }
         let egress = req.allow_out.is_some() || req.deny_out.is_some();
         for list in [&req.allow_out, &req.deny_out].into_iter().flatten() {
@@ -84,12 +81,7 @@ impl Manager {
         for key in &patch.remove {
             labels.remove(key);
         }
-        if labels.len() > MAX_LABELS {
-            return Err(Error::InvalidArgument(format!(
-                "A sandbox carries at most {MAX_LABELS} labels; this would make {}",
-                labels.len()
-            )));
-        }
+        labels::check(&labels)?;
         lock(&entry.row).view.labels.clone_from(&labels);
         self.store.put_sandbox(entry.row()).await?;
         Ok(labels)
@@ -133,34 +125,24 @@ impl Manager {
     }
 }
 
-/// A label key: 1 to 63 ASCII letters, digits and `.`, `_`, `-`, `/`; a value: up to 256
-/// characters without control characters. A key both set and removed is refused.
+/// A patch's keys and new values follow the label rules (`model::labels`); a key both set
+/// and removed, or a patch changing nothing, is refused.
 fn check_labels_patch(patch: &LabelsPatch) -> Result<()> {
-    let bad = |why: String| Err(Error::InvalidArgument(why));
     for key in patch.set.keys().chain(&patch.remove) {
-        let ok = !key.is_empty()
-            && key.len() <= MAX_KEY
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
-        if !ok {
-            return bad(format!(
-                "Label key {key:?}: use 1 to {MAX_KEY} letters, digits, '.', '_', '-' or '/'"
-            ));
-        }
+        labels::check_key(key)?;
     }
     for (key, value) in &patch.set {
-        if value.chars().count() > MAX_VALUE || value.chars().any(char::is_control) {
-            return bad(format!(
-                "Label {key}: its value must be at most {MAX_VALUE} characters, none of them control characters"
-            ));
-        }
+        labels::check_value(key, value)?;
     }
     if let Some(key) = patch.remove.iter().find(|k| patch.set.contains_key(*k)) {
-        return bad(format!("Label {key} is both set and removed"));
+        return Err(Error::InvalidArgument(format!(
+            "Label {key} is both set and removed"
+        )));
     }
     if patch.set.is_empty() && patch.remove.is_empty() {
-        return bad("Nothing to change: give set or remove".into());
+        return Err(Error::InvalidArgument(
+            "Nothing to change: give set or remove".into(),
+        ));
     }
     Ok(())
 }
