@@ -1,6 +1,7 @@
 //! [`ContainerRuntime`]: sandboxes as runc containers on sandfork disks.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -222,8 +223,37 @@ impl ContainerRuntime {
     /// Creates and boots a sandbox; returns once its agent answers. A failed create
     /// leaves nothing behind.
     pub async fn create(&self, spec: SandboxSpec) -> Result<SandboxHandle> {
-        self.blocking(move |i| lifecycle::create(&i.ctx(), spec).map(|r| i.handle(&r)))
-            .await
+        let id = spec.id.clone();
+        let handle = self
+            .blocking(move |i| lifecycle::create(&i.ctx(), spec).map(|r| i.handle(&r)))
+            .await?;
+        self.until_ready(&id, Undo::Destroy).await?;
+        Ok(handle)
+    }
+
+    /// Waits for the agent of a sandbox whose container the lifecycle just started; if it
+    /// never answers, `undo` takes the sandbox back (removed, or stopped again).
+    async fn until_ready(&self, id: &str, undo: Undo) -> Result<()> {
+        let paths = self.inner.layout.sandbox(id);
+        let client = agent_client::AgentClient::new(&paths.run());
+        let gone = self.inner.host.init_exited(&paths);
+        let t = std::time::Instant::now();
+        let ready = agent_ready(&client, self.inner.config.ready_timeout, gone.as_deref()).await;
+        let Err(e) = ready else {
+            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
+            return Ok(());
+        };
+        let e = lifecycle::with_init_output(e, &paths);
+        tracing::warn!(%id, error = %e, "the agent did not answer, undoing");
+        let id = id.to_string();
+        let _ = match undo {
+            Undo::Destroy => {
+                self.blocking(move |i| lifecycle::destroy(&i.ctx(), &id))
+                    .await
+            }
+            Undo::Stop => self.blocking(move |i| lifecycle::stop(&i.ctx(), &id)).await,
+        };
+        Err(e)
     }
 
     /// A client for a sandbox's agent: the exec channel.
@@ -236,17 +266,20 @@ impl ContainerRuntime {
         Ok(handle.await?.agent())
     }
 
-    /// Kills the sandbox's processes; its disk and network stay for [`Runtime::start`].
+    /// Kills the sandbox's processes; its disk and network stay for [`ContainerRuntime::start`].
     pub async fn stop(&self, id: &str) -> Result<()> {
         let id = id.to_string();
         self.blocking(move |i| lifecycle::stop(&i.ctx(), &id)).await
     }
 
-    /// Boots a stopped sandbox again on its disk.
+    /// Boots a stopped sandbox again on its disk; stopped again if its agent never answers.
     pub async fn start(&self, id: &str) -> Result<SandboxHandle> {
-        let id = id.to_string();
-        self.blocking(move |i| lifecycle::restart(&i.ctx(), &id).map(|r| i.handle(&r)))
-            .await
+        let owned = id.to_string();
+        let handle = self
+            .blocking(move |i| lifecycle::restart(&i.ctx(), &owned).map(|r| i.handle(&r)))
+            .await?;
+        self.until_ready(id, Undo::Stop).await?;
+        Ok(handle)
     }
 
     /// Removes everything the sandbox holds. Idempotent.
@@ -329,10 +362,92 @@ impl ContainerRuntime {
                 crate::checkpoint::restore(&i.ctx(), spec, &from).map(|r| i.handle(&r))
             })
             .await?;
+        self.until_ready(&id, Undo::Destroy).await?;
         if let Err(e) = crate::checkpoint::after_restore(&handle.agent(), opts).await {
             let _ = self.destroy(&id).await;
             return Err(e);
         }
         Ok(handle)
+    }
+}
+
+/// What takes a sandbox back when its agent never answers.
+enum Undo {
+    /// A new sandbox: removed whole.
+    Destroy,
+    /// A stopped one booted again: stopped again, its disk and network kept.
+    Stop,
+}
+
+/// Waits for the agent: polled closely at first (it listens within milliseconds of runc
+/// returning), then less often; gives up early once the init has exited (`gone`).
+async fn agent_ready(
+    client: &agent_client::AgentClient,
+    timeout: Duration,
+    gone: Option<&AtomicBool>,
+) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_micros(500);
+    loop {
+        let err = match client.hello().await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        if gone.is_some_and(|g| g.load(Ordering::Acquire)) {
+            return Err(Error::Agent(format!("the sandbox's init exited ({err})")));
+        }
+        if start.elapsed() + pause > timeout {
+            return Err(Error::Agent(format!(
+                "no answer within {timeout:?} ({err})"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FakeHost;
+    use crate::spec::{ImageRef, NetworkMode, Resources};
+
+    #[tokio::test]
+    async fn a_sandbox_whose_agent_never_answers_is_removed_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Arc::new(FakeHost::new());
+        let config = RuntimeConfig {
+            data_dir: dir.path().join("data"),
+            net: NetConfig {
+                pool: "198.18.0.0/28".parse().unwrap(),
+                lease_dir: dir.path().join("leases"),
+            },
+            agent_bin: dir.path().join("agent"),
+            ready_timeout: Duration::from_millis(50),
+        };
+        let rt = ContainerRuntime::new(config, host.clone());
+        let spec = SandboxSpec {
+            id: "quiet".into(),
+            image: ImageRef {
+                name: "busybox".into(),
+                layer: "L".into(),
+                env: Default::default(),
+                cwd: "/".into(),
+            },
+            resources: Resources::default(),
+            env: Default::default(),
+            network: NetworkMode::None,
+        };
+        let err = rt.create(spec).await.unwrap_err();
+        assert!(matches!(err, Error::Agent(_)), "{err}");
+        let ops = host.ops();
+        let after_run = &ops[ops.iter().position(|o| o == "runc_run").unwrap()..];
+        for undone in ["runc_delete", "unmount_disk"] {
+            assert!(
+                after_run.iter().any(|o| o == undone),
+                "{undone} missing: {ops:?}"
+            );
+        }
+        assert!(!rt.layout().sandbox("quiet").dir.exists(), "nothing left");
     }
 }

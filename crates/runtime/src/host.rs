@@ -6,7 +6,8 @@ mod fake;
 mod real;
 
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 pub use checkpoint::{CheckpointHost, CriuPaths};
 pub use fake::FakeHost;
@@ -89,8 +90,9 @@ pub trait Host: CheckpointHost + Send + Sync {
     /// Ids of all containers in `root`.
     fn runc_list(&self, root: &Path) -> Result<Vec<String>>;
 
-    /// Waits until the agent in the sandbox answers.
-    fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()>;
+    /// Takes the flag that turns true once the init `runc_run` started for this sandbox
+    /// has exited, so a wait for its agent can give up early; `None` when there is none.
+    fn init_exited(&self, paths: &SandboxPaths) -> Option<Arc<AtomicBool>>;
     /// Removes a container's cgroup in every hierarchy; succeeds if it does not exist.
     fn cgroup_remove(&self, cgroup: &str) -> Result<()>;
     /// Reads memory and pids usage of a cgroup.

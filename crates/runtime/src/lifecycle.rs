@@ -58,7 +58,8 @@ impl Ctx<'_> {
     }
 }
 
-/// Creates a sandbox and waits for its agent; on failure nothing is left behind.
+/// Creates a sandbox and starts its container; on failure nothing is left behind. The
+/// runtime waits for its agent (and destroys it if the agent never answers).
 pub fn create(ctx: &Ctx<'_>, spec: SandboxSpec) -> Result<Record> {
     spec.validate()?;
     let paths = ctx.layout.sandbox(&spec.id);
@@ -168,7 +169,7 @@ fn build_net(
     Ok(())
 }
 
-/// Writes the bundle, runs the container and waits for its agent.
+/// Writes the bundle and runs the container (the runtime then waits for its agent).
 fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<Step>) -> Result<()> {
     let netns = net::netns_path(&record.names.netns);
     let rootfs = paths.rootfs();
@@ -196,10 +197,6 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
             .runc_run(&ctx.runc_root(), &record.names.container, paths)?,
     }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
-    ctx.host
-        .wait_agent(paths, ctx.ready_timeout)
-        .map_err(|e| with_init_output(e, paths))?;
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
     Ok(())
 }
 
@@ -217,7 +214,7 @@ fn resolv_conf(paths: &SandboxPaths, record: &Record) -> Result<Option<PathBuf>>
 
 /// Adds the end of the init's output (host-owned `logs/init.log`) to an agent error: why
 /// an agent never answered is usually there.
-fn with_init_output(e: Error, paths: &SandboxPaths) -> Error {
+pub(crate) fn with_init_output(e: Error, paths: &SandboxPaths) -> Error {
     let Error::Agent(msg) = e else { return e };
     let log = std::fs::read_to_string(paths.logs().join("init.log")).unwrap_or_default();
     let tail: Vec<&str> = log.lines().rev().take(3).collect();

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use super::{ContainerState, ContainerStatus, Host, Usage};
 use crate::error::{Error, Result};
@@ -128,8 +129,8 @@ impl Host for FakeHost {
         self.call("runc_list", "")?;
         Ok(self.running.lock().unwrap().iter().cloned().collect())
     }
-    fn wait_agent(&self, _paths: &SandboxPaths, _timeout: Duration) -> Result<()> {
-        self.call("wait_agent", "")
+    fn init_exited(&self, _paths: &SandboxPaths) -> Option<Arc<AtomicBool>> {
+        None
     }
     fn cgroup_remove(&self, cgroup: &str) -> Result<()> {
         self.call("cgroup_remove", cgroup)

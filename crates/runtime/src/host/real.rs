@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use serde::Deserialize;
@@ -267,23 +266,11 @@ impl Host for RealHost {
             .collect())
     }
 
-    fn wait_agent(&self, paths: &SandboxPaths, timeout: Duration) -> Result<()> {
-        let client = agent_client::AgentClient::new(&paths.run());
-        let gone = self
-            .inits
+    fn init_exited(&self, paths: &SandboxPaths) -> Option<Arc<AtomicBool>> {
+        self.inits
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&paths.run());
-        let wait = agent_ready(&client, timeout, gone.as_deref());
-        let ready = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle.block_on(wait),
-            Err(_) => tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Error::Agent(e.to_string()))?
-                .block_on(wait),
-        };
-        ready
+            .remove(&paths.run())
     }
 
     fn cgroup_remove(&self, cgroup: &str) -> Result<()> {
@@ -320,33 +307,6 @@ impl Host for RealHost {
 
     fn netns_exists(&self, name: &str) -> bool {
         netns::path(name).exists()
-    }
-}
-
-/// Waits for the agent: polled closely at first (it listens within milliseconds of runc
-/// returning), then less often; gives up early once the init has exited (`gone`).
-async fn agent_ready(
-    client: &agent_client::AgentClient,
-    timeout: Duration,
-    gone: Option<&AtomicBool>,
-) -> Result<()> {
-    let start = std::time::Instant::now();
-    let mut pause = Duration::from_micros(500);
-    loop {
-        let err = match client.hello().await {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        if gone.is_some_and(|g| g.load(Ordering::Acquire)) {
-            return Err(Error::Agent(format!("the sandbox's init exited ({err})")));
-        }
-        if start.elapsed() + pause > timeout {
-            return Err(Error::Agent(format!(
-                "no answer within {timeout:?} ({err})"
-            )));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 
