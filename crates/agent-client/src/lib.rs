@@ -246,14 +246,28 @@ impl AgentClient {
     /// errors are retried; a socket that is not a socket or an agent that speaks another
     /// protocol fails at once.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<HelloInfo> {
+        self.wait_ready_unless(timeout, || false).await
+    }
+
+    /// [`Self::wait_ready`] that also stops, with the last error, once `gave_up()` says
+    /// waiting is pointless (e.g. the sandbox's init exited). Polled closely at first (an
+    /// agent listens within milliseconds of its container starting), then less often.
+    pub async fn wait_ready_unless(
+        &self,
+        timeout: Duration,
+        gave_up: impl Fn() -> bool,
+    ) -> Result<HelloInfo> {
         let start = tokio::time::Instant::now();
-        let mut pause = Duration::from_millis(2);
+        let mut pause = Duration::from_micros(500);
         loop {
             let err = match self.hello().await {
                 Ok(h) => return Ok(h),
                 Err(e) if e.is_transient() => e,
                 Err(e) => return Err(e),
             };
+            if gave_up() {
+                return Err(err);
+            }
             if start.elapsed() + pause > timeout {
                 let waited = start.elapsed();
                 return Err(ClientError::NotReady {
@@ -262,7 +276,7 @@ impl AgentClient {
                 });
             }
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(50));
+            pause = (pause * 2).min(Duration::from_millis(20));
         }
     }
 

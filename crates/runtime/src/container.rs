@@ -379,30 +379,21 @@ enum Undo {
     Stop,
 }
 
-/// Waits for the agent: polled closely at first (it listens within milliseconds of runc
-/// returning), then less often; gives up early once the init has exited (`gone`).
+/// Waits for the agent (see [`agent_client::AgentClient::wait_ready_unless`]); gives up
+/// early once the init has exited (`gone`).
 async fn agent_ready(
     client: &agent_client::AgentClient,
     timeout: Duration,
     gone: Option<&AtomicBool>,
 ) -> Result<()> {
-    let start = std::time::Instant::now();
-    let mut pause = Duration::from_micros(500);
-    loop {
-        let err = match client.hello().await {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        if gone.is_some_and(|g| g.load(Ordering::Acquire)) {
-            return Err(Error::Agent(format!("the sandbox's init exited ({err})")));
-        }
-        if start.elapsed() + pause > timeout {
-            return Err(Error::Agent(format!(
-                "no answer within {timeout:?} ({err})"
-            )));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
+    let exited = || gone.is_some_and(|g| g.load(Ordering::Acquire));
+    match client.wait_ready_unless(timeout, exited).await {
+        Ok(_) => Ok(()),
+        Err(e) if exited() => Err(Error::Agent(format!("the sandbox's init exited ({e})"))),
+        Err(agent_client::ClientError::NotReady { source, .. }) => Err(Error::Agent(format!(
+            "no answer within {timeout:?} ({source})"
+        ))),
+        Err(e) => Err(Error::Agent(format!("the agent socket is unusable ({e})"))),
     }
 }
 
