@@ -401,7 +401,7 @@ async fn agent_ready(
 mod tests {
     use super::*;
     use crate::host::FakeHost;
-    use crate::spec::{ImageRef, NetworkMode, Resources};
+    use crate::spec::NetworkMode;
 
     #[tokio::test]
     async fn a_sandbox_whose_agent_never_answers_is_removed_whole() {
@@ -417,18 +417,7 @@ mod tests {
             ready_timeout: Duration::from_millis(50),
         };
         let rt = ContainerRuntime::new(config, host.clone());
-        let spec = SandboxSpec {
-            id: "quiet".into(),
-            image: ImageRef {
-                name: "busybox".into(),
-                layer: "L".into(),
-                env: Default::default(),
-                cwd: "/".into(),
-            },
-            resources: Resources::default(),
-            env: Default::default(),
-            network: NetworkMode::None,
-        };
+        let spec = crate::lifecycle::tests::spec("quiet", NetworkMode::None);
         let err = rt.create(spec).await.unwrap_err();
         assert!(matches!(err, Error::Agent(_)), "{err}");
         let ops = host.ops();

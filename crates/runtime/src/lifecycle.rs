@@ -389,4 +389,4 @@ fn runc_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, images: &P
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

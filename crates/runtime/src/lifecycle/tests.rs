@@ -36,7 +36,7 @@ fn ctx<'a>(env: &'a Env, host: &'a FakeHost) -> Ctx<'a> {
     }
 }
 
-fn spec(id: &str, network: NetworkMode) -> SandboxSpec {
+pub(crate) fn spec(id: &str, network: NetworkMode) -> SandboxSpec {
     SandboxSpec {
         id: id.into(),
         image: ImageRef {
