@@ -14,9 +14,8 @@ pub struct LayerId(String);
 impl LayerId {
     /// A fresh random id.
     pub fn random() -> Result<LayerId> {
-        let mut bytes = [0u8; 16];
-        getrandom::getrandom(&mut bytes)
-            .map_err(|e| Error::io("generate a layer id", std::io::Error::from(e)))?;
+        let bytes = model::ids::random_bytes::<16>()
+            .map_err(|e| Error::io("generate a layer id", std::io::Error::other(e)))?;
         Ok(LayerId::from_bytes(&bytes))
     }
 

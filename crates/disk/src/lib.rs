@@ -28,15 +28,3 @@ pub use ext4::build_ext4_image;
 pub use mounted::{
     server_binary, use_server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes,
 };
-
-/// An error and its sources on one line, for logs and wire messages.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
-}

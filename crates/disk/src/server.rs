@@ -123,7 +123,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         }
         Err(e) => {
             if let Some(r) = ready.as_mut() {
-                let _ = writeln!(r, "error: {}", crate::error_chain(&e));
+                let _ = writeln!(r, "error: {}", model::error_chain(&e));
             }
             Err(e)
         }
@@ -304,7 +304,7 @@ impl Server {
                 r.millis = Some(t0.elapsed().as_secs_f64() * 1e3);
                 r
             }
-            Err(e) => Response::err(crate::error_chain(&e)),
+            Err(e) => Response::err(model::error_chain(&e)),
         }
     }
 
@@ -347,7 +347,7 @@ impl Server {
                     if let Err(e) = me.compact() {
                         eprintln!(
                             "disk server: background compaction failed: {}",
-                            crate::error_chain(&e)
+                            model::error_chain(&e)
                         );
                     }
                     if me.backend.depth() < me.compact_depth {

@@ -177,7 +177,7 @@ fn bare_bundle(dir: &Path, id: &str, args: &[&str]) -> Result<(PathBuf, serde_js
         criu_config: &bundle.join("criu.conf"),
         nofile: 1024,
     };
-    let mut config = runtime::oci::to_value(&runtime::oci::config(&s, &host));
+    let mut config = runtime::oci::to_value(&runtime::oci::config(&s, &host)?);
     config["process"]["args"] = serde_json::json!(args);
     // runc makes a fresh network namespace, as a bare `runc run` would.
     let ns = config["linux"]["namespaces"]

@@ -17,7 +17,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::host::CriuPaths;
 use crate::layout::Record;
 use crate::lifecycle::{self, Ctx};
@@ -100,12 +100,11 @@ pub fn checkpoint(
     match (kind, memory_dir) {
         (CheckpointKind::Filesystem, _) => checkpoint_fs(ctx, &record),
         (CheckpointKind::Memory, Some(dir)) => {
-            std::fs::create_dir_all(dir).at(dir)?;
-            let dir = dir.canonicalize().at(dir)?;
+            let dir = ctx.host.images_dir(dir)?;
             let r = ensure_room(ctx, &record, &dir)
                 .and_then(|()| checkpoint_memory(ctx, &record, &dir));
             if r.is_err() {
-                let _ = std::fs::remove_dir_all(&dir);
+                ctx.host.discard_images(&dir);
             }
             r
         }
@@ -160,10 +159,10 @@ pub(crate) fn interrupted(ctx: &Ctx<'_>, record: &Record) -> Result<bool> {
     let root = ctx.runc_root();
     let name = &record.names.container;
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    while runc_running(&root, name, None) && Instant::now() < deadline {
+    while ctx.host.runc_busy(&root, name, None) && Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    Ok(is_paused(ctx, record)? || runc_running(&root, name, Some("checkpoint")))
+    Ok(is_paused(ctx, record)? || ctx.host.runc_busy(&root, name, Some("checkpoint")))
 }
 
 /// Finishes what an interrupted checkpoint left: waits for its `runc checkpoint` (which
@@ -172,7 +171,7 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
     let root = ctx.runc_root();
     let name = &record.names.container;
     let deadline = Instant::now() + std::time::Duration::from_secs(60);
-    while runc_running(&root, name, Some("checkpoint")) && Instant::now() < deadline {
+    while ctx.host.runc_busy(&root, name, Some("checkpoint")) && Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     ctx.host.disk_thaw(&record.names.disk)?;
@@ -181,19 +180,6 @@ pub(crate) fn unpause(ctx: &Ctx<'_>, record: &Record) -> Result<()> {
     }
     warn!(id = %record.spec.id, "resumed after an interrupted checkpoint");
     Ok(())
-}
-
-/// Whether a `runc --root <root> [verb] … <name>` process is alive (any verb when `None`).
-fn runc_running(root: &Path, name: &str, verb: Option<&str>) -> bool {
-    let root = root.to_string_lossy();
-    let Ok(all) = procfs::process::all_processes() else {
-        return false;
-    };
-    all.flatten().any(|p| {
-        let args = p.cmdline().unwrap_or_default();
-        let has = |s: &str| args.iter().any(|a| a == s);
-        verb.is_none_or(has) && has(name) && has(&root)
-    })
 }
 
 /// Seals the frozen disk, thawing it whatever happens.
@@ -229,17 +215,16 @@ fn checkpoint_fs(ctx: &Ctx<'_>, record: &Record) -> Result<CheckpointInfo> {
 fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<CheckpointInfo> {
     let (root, name) = (ctx.runc_root(), &record.names.container);
     let paths = ctx.layout.sandbox(&record.spec.id);
-    let work = paths.dir.join("criu-dump");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir(&work).at(&work)?;
     let stopped = ctx.host.undumpable_processes(&record.names.cgroup);
     if !stopped.is_empty() {
-        let _ = std::fs::remove_dir_all(&work);
         return Err(Error::NotCheckpointable(stopped.join("; ")));
     }
+    let work = paths.dir.join("criu-dump");
+    ctx.host.criu_work_dir(&work)?;
     let t = Instant::now();
     ctx.host.runc_pause(&root, name)?;
     let mut times = CheckpointTimes::default();
+    let mut memory_bytes = 0;
     let dumped = seal(ctx, record).and_then(|layer| {
         times.seal_ms = ms(t);
         let criu = CriuPaths {
@@ -247,7 +232,7 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
             work: &work,
         };
         ctx.host.runc_checkpoint(&root, name, criu)?;
-        restrict_to_owner(dir)?;
+        memory_bytes = ctx.host.seal_images(dir)?;
         times.dump_ms = ms(t) - times.seal_ms;
         Ok(layer)
     });
@@ -255,7 +240,7 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
     let _ = ctx.host.disk_thaw(&record.names.disk);
     let resumed = ctx.host.runc_resume(&root, name);
     times.paused_ms = ms(t);
-    paths.keep_log(&work, "dump.log");
+    ctx.host.keep_criu_log(&paths, &work, "dump.log");
     let layer = dumped?;
     resumed?;
     times.total_ms = ms(t);
@@ -265,38 +250,9 @@ fn checkpoint_memory(ctx: &Ctx<'_>, record: &Record, dir: &Path) -> Result<Check
         disk_bytes: ctx.host.layer_bytes(&layer).unwrap_or(0),
         layer,
         memory_dir: Some(dir.to_path_buf()),
-        memory_bytes: dir_bytes(dir),
+        memory_bytes,
         times,
     })
-}
-
-/// Makes memory images root's alone: they hold whatever the processes kept in memory
-/// (secrets from the environment included), and a copy of the data directory keeps modes.
-fn restrict_to_owner(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).at(dir)?;
-    for entry in std::fs::read_dir(dir).at(dir)?.flatten() {
-        let path = entry.path();
-        if entry.file_type().is_ok_and(|t| t.is_file()) {
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).at(&path)?;
-        }
-    }
-    Ok(())
-}
-
-/// Moves a CRIU log into the sandbox's logs and removes the work directory.
-/// Total size of the regular files in `dir` (not recursive: CRIU images are flat).
-pub fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// Creates sandbox `spec.id` from a snapshot: a disk forked from its layer, then a warm

@@ -217,8 +217,8 @@ impl ContainerRuntime {
 }
 
 /// The sandbox runtime: one sandbox's whole life on this host, checkpoints and restores
-/// included. Its side effects go through its [`Host`] (but for plain files in the
-/// sandbox directory).
+/// included. Its side effects go through its [`Host`]; only its own records (the
+/// [`crate::layout`] directory) are written directly.
 impl ContainerRuntime {
     /// Creates and boots a sandbox; returns once its agent answers. A failed create
     /// leaves nothing behind.

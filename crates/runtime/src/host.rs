@@ -77,8 +77,13 @@ pub trait Host: CheckpointHost + Send + Sync {
     /// Applies each command on its own, ignoring ones whose object is already gone.
     fn nft_remove(&self, commands: &[String]) -> Result<()>;
 
-    /// Writes the bundle's config.json.
-    fn write_config(&self, paths: &SandboxPaths, config: &[u8]) -> Result<()>;
+    /// Writes the bundle: config.json (root's alone: its environment holds the sandbox's
+    /// secrets), CRIU's options file and, for a sandbox with a network (`resolv_conf`),
+    /// its resolv.conf of the host's usable nameservers.
+    fn write_bundle(&self, paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()>;
+    /// RLIMIT_NOFILE for sandboxes: the host's hard limit, never more (raising it needs
+    /// CAP_SYS_RESOURCE).
+    fn nofile_limit(&self) -> u64;
     /// `runc run --detach`, with stdio on /dev/null.
     fn runc_run(&self, root: &Path, id: &str, paths: &SandboxPaths) -> Result<()>;
     /// `runc kill [--all] id signal`; succeeds if the container is gone.

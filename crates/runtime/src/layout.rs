@@ -91,13 +91,6 @@ impl SandboxPaths {
         self.dir.join("logs")
     }
 
-    /// Keeps CRIU's `log` from its work directory `work` in the sandbox's logs, then
-    /// removes `work`.
-    pub fn keep_log(&self, work: &Path, log: &str) {
-        let _ = std::fs::rename(work.join(log), self.logs().join(log));
-        let _ = std::fs::remove_dir_all(work);
-    }
-
     /// Creates the directory skeleton; fails if the sandbox directory exists.
     pub fn create(&self, id: &str) -> Result<()> {
         if let Some(parent) = self.dir.parent() {

@@ -25,7 +25,6 @@ use std::path::PathBuf;
 
 pub use checkpoint::{CheckpointInfo, CheckpointKind, RestoreOptions, SnapshotSource};
 pub use container::{ContainerRuntime, RuntimeConfig};
-pub use disk::fuse::FlushMode;
 pub use error::{Error, Result};
 pub use host::Usage;
 pub use liveness::Liveness;

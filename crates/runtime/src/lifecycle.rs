@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::warn;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::host::{ContainerStatus, CriuPaths, Host};
 use crate::layout::{Layout, Names, Record, SandboxPaths};
 use crate::net::{self, NetConfig};
@@ -174,7 +174,7 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     let netns = net::netns_path(&record.names.netns);
     let rootfs = paths.rootfs();
     let run_dir = paths.run();
-    let resolv = resolv_conf(paths, record)?;
+    let resolv = record.net.as_ref().map(|_| paths.resolv_conf());
     let criu_config = paths.criu_config();
     let host_paths = oci::HostPaths {
         rootfs: &rootfs,
@@ -184,10 +184,11 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
         cgroup: &record.names.cgroup,
         resolv_conf: resolv.as_deref(),
         criu_config: &criu_config,
-        nofile: nofile_limit(),
+        nofile: ctx.host.nofile_limit(),
     };
-    let config = oci::config(&record.spec, &host_paths);
-    ctx.host.write_config(paths, &oci::to_json(&config))?;
+    let config = oci::config(&record.spec, &host_paths)?;
+    ctx.host
+        .write_bundle(paths, &oci::to_json(&config), resolv.is_some())?;
     done.push(Step::Container);
     let t = std::time::Instant::now();
     match ctx.restore_images {
@@ -198,18 +199,6 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     }
     tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
     Ok(())
-}
-
-/// Writes the resolver configuration of a sandbox with `internet` (the host's usable
-/// nameservers) into its directory; `None` without network.
-fn resolv_conf(paths: &SandboxPaths, record: &Record) -> Result<Option<PathBuf>> {
-    if record.net.is_none() {
-        return Ok(None);
-    }
-    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let path = paths.resolv_conf();
-    std::fs::write(&path, net::resolv_conf(&host)).map_err(|e| Error::io(&path, e))?;
-    Ok(Some(path))
 }
 
 /// Adds the end of the init's output (host-owned `logs/init.log`) to an agent error: why
@@ -365,18 +354,10 @@ fn owner(paths: &SandboxPaths) -> String {
     paths.dir.to_string_lossy().into_owned()
 }
 
-/// RLIMIT_NOFILE for sandboxes: the host's hard limit, never more (raising needs
-/// CAP_SYS_RESOURCE).
-fn nofile_limit() -> u64 {
-    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map_or(1024, |(_, hard)| hard.min(1 << 20))
-}
-
 /// `runc restore` into a prepared bundle (the start step of a sandbox made from memory images).
 fn runc_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, images: &Path) -> Result<()> {
     let work = paths.dir.join("criu-restore");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir(&work).at(&work)?;
+    ctx.host.criu_work_dir(&work)?;
     let criu = CriuPaths {
         images,
         work: &work,
@@ -384,7 +365,7 @@ fn runc_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, images: &P
     let r = ctx
         .host
         .runc_restore(&ctx.runc_root(), &record.names.container, paths, criu);
-    paths.keep_log(&work, "restore.log");
+    ctx.host.keep_criu_log(paths, &work, "restore.log");
     r
 }
 

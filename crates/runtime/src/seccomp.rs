@@ -10,36 +10,12 @@
 //! `socket` may not open AF_VSOCK, `personality` only the harmless personas. Only the
 //! x86_64 ABI is allowed: 32-bit syscalls kill the caller.
 
-use serde::Serialize;
+use oci_spec::runtime::{
+    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArg, LinuxSeccompArgBuilder,
+    LinuxSeccompBuilder, LinuxSeccompOperator, LinuxSyscall, LinuxSyscallBuilder,
+};
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Seccomp {
-    pub default_action: &'static str,
-    pub default_errno_ret: u32,
-    pub architectures: Vec<&'static str>,
-    pub syscalls: Vec<SyscallRule>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SyscallRule {
-    pub names: Vec<&'static str>,
-    pub action: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub errno_ret: Option<u32>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub args: Vec<Arg>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Arg {
-    pub index: u32,
-    pub value: u64,
-    pub value_two: u64,
-    pub op: &'static str,
-}
+use crate::error::{Error, Result};
 
 const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
@@ -345,52 +321,69 @@ const ALLOWED: &[&str] = &[
     "writev",
 ];
 
-fn allow(names: Vec<&'static str>, args: Vec<Arg>) -> SyscallRule {
-    SyscallRule {
-        names,
-        action: "SCMP_ACT_ALLOW",
-        errno_ret: None,
-        args,
-    }
+fn built<T>(r: std::result::Result<T, oci_spec::OciSpecError>) -> Result<T> {
+    r.map_err(|e| Error::InvalidSpec(format!("seccomp profile: {e}")))
 }
 
-fn arg(index: u32, op: &'static str, value: u64, value_two: u64) -> Arg {
-    Arg {
-        index,
-        value,
-        value_two,
-        op,
+fn rule(
+    names: &[&str],
+    action: LinuxSeccompAction,
+    errno: Option<u32>,
+    args: Vec<LinuxSeccompArg>,
+) -> Result<LinuxSyscall> {
+    let mut b = LinuxSyscallBuilder::default()
+        .names(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .action(action);
+    if let Some(errno) = errno {
+        b = b.errno_ret(errno);
     }
+    if !args.is_empty() {
+        b = b.args(args);
+    }
+    built(b.build())
+}
+
+fn allow(names: &[&str], args: Vec<LinuxSeccompArg>) -> Result<LinuxSyscall> {
+    rule(names, LinuxSeccompAction::ScmpActAllow, None, args)
+}
+
+fn arg(index: usize, op: LinuxSeccompOperator, value: u64) -> Result<LinuxSeccompArg> {
+    built(
+        LinuxSeccompArgBuilder::default()
+            .index(index)
+            .op(op)
+            .value(value)
+            .value_two(0u64)
+            .build(),
+    )
 }
 
 /// The profile put into every sandbox's config.
-pub fn profile() -> Seccomp {
-    let mut syscalls = vec![allow(ALLOWED.to_vec(), Vec::new())];
+pub fn profile() -> Result<LinuxSeccomp> {
+    use LinuxSeccompOperator::{ScmpCmpEq, ScmpCmpMaskedEq, ScmpCmpNe};
+    let mut syscalls = vec![allow(ALLOWED, Vec::new())?];
+    // `clone` with no namespace flag: (flags & CLONE_NS_FLAGS) == 0 (`valueTwo`).
     syscalls.push(allow(
-        vec!["clone"],
-        vec![arg(0, "SCMP_CMP_MASKED_EQ", CLONE_NS_FLAGS, 0)],
-    ));
-    syscalls.push(allow(
-        vec!["socket"],
-        vec![arg(0, "SCMP_CMP_NE", AF_VSOCK, 0)],
-    ));
+        &["clone"],
+        vec![arg(0, ScmpCmpMaskedEq, CLONE_NS_FLAGS)?],
+    )?);
+    syscalls.push(allow(&["socket"], vec![arg(0, ScmpCmpNe, AF_VSOCK)?])?);
     // Each persona is its own rule: conditions inside one rule are ANDed.
     for persona in [0u64, 0x0008, 0x20000, 0x20008, 0xffff_ffff] {
-        syscalls.push(allow(
-            vec!["personality"],
-            vec![arg(0, "SCMP_CMP_EQ", persona, 0)],
-        ));
+        syscalls.push(allow(&["personality"], vec![arg(0, ScmpCmpEq, persona)?])?);
     }
-    syscalls.push(SyscallRule {
-        names: vec!["clone3"],
-        action: "SCMP_ACT_ERRNO",
-        errno_ret: Some(ENOSYS),
-        args: Vec::new(),
-    });
-    Seccomp {
-        default_action: "SCMP_ACT_ERRNO",
-        default_errno_ret: EPERM,
-        architectures: vec!["SCMP_ARCH_X86_64"],
-        syscalls,
-    }
+    syscalls.push(rule(
+        &["clone3"],
+        LinuxSeccompAction::ScmpActErrno,
+        Some(ENOSYS),
+        Vec::new(),
+    )?);
+    built(
+        LinuxSeccompBuilder::default()
+            .default_action(LinuxSeccompAction::ScmpActErrno)
+            .default_errno_ret(EPERM)
+            .architectures(vec![Arch::ScmpArchX86_64])
+            .syscalls(syscalls)
+            .build(),
+    )
 }

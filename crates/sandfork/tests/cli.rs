@@ -9,7 +9,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{wait_for, Daemon, BIN};
+use common::{eventually, Daemon, BIN};
 
 /// What of sandbox `id` is still on the host.
 fn traces(data: &Path, id: &str) -> Vec<String> {
@@ -240,7 +240,7 @@ fn kill9_then_restart_readopts_or_cleans_up() {
         .args(["kill", &lost, "KILL"])
         .status()
         .unwrap();
-    assert!(wait_for(10, || {
+    assert!(eventually(10, || {
         let o = Command::new("runc")
             .arg("--root")
             .arg(&runc_root)

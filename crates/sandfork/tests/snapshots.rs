@@ -5,7 +5,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{wait_for, Daemon};
+use common::{eventually, Daemon};
 
 /// A shell that keeps `$v` only in memory and writes it to /tmp/answer on /tmp/ask.
 const HOLDER: &str = "v=$(cat /tmp/secret); rm /tmp/secret; while :; do \
@@ -15,7 +15,7 @@ fn hold(d: &Daemon, id: &str, secret: &str) {
     d.sh(id, &format!("echo {secret} > /tmp/secret"));
     let script = format!("({HOLDER}) </dev/null >/dev/null 2>&1 &");
     d.sh(id, &script);
-    assert!(wait_for(10, || d
+    assert!(eventually(10, || d
         .sh(id, "test -e /tmp/secret || echo gone")
         == "gone"));
 }
@@ -23,7 +23,7 @@ fn hold(d: &Daemon, id: &str, secret: &str) {
 fn ask(d: &Daemon, id: &str) -> String {
     d.sh(id, "rm -f /tmp/answer; touch /tmp/ask");
     let mut answer = String::new();
-    wait_for(10, || {
+    eventually(10, || {
         answer = d.sh(id, "cat /tmp/answer 2>/dev/null || true");
         !answer.is_empty()
     });
@@ -93,7 +93,7 @@ fn kill9_mid_checkpoint_leaves_no_half_snapshot() {
     assert_eq!(sb["state"], "running", "{sb}\n{}", d.log());
     assert_eq!(d.sh(&src, "echo alive"), "alive");
     d.sh(&src, "echo still-writable > /after.txt");
-    let leftovers = wait_for(20, || {
+    let leftovers = eventually(20, || {
         std::fs::read_dir(d.data().join("snapshots"))
             .map(|e| e.count() == 0)
             .unwrap_or(true)

@@ -89,7 +89,7 @@ pub struct Config {
     pub max_exec_output_bytes: usize,
     /// What a flush inside a sandbox waits for: `writeback` (the host syncs at checkpoints,
     /// suspend and stop) or `durable` (every flush is a host fsync). docs/disk-path.md.
-    pub disk_flush: runtime::FlushMode,
+    pub disk_flush: disk::fuse::FlushMode,
 }
 
 impl Default for Config {
@@ -119,7 +119,7 @@ impl Default for Config {
             max_upload_bytes: 4 << 30,
             max_import_bytes: 64 << 30,
             max_exec_output_bytes: 64 << 20,
-            disk_flush: runtime::FlushMode::default(),
+            disk_flush: disk::fuse::FlushMode::default(),
         }
     }
 }
@@ -230,9 +230,12 @@ mod tests {
 
     #[test]
     fn disk_flush_is_writeback_unless_asked() {
-        assert_eq!(Config::default().disk_flush, runtime::FlushMode::Writeback);
+        assert_eq!(
+            Config::default().disk_flush,
+            disk::fuse::FlushMode::Writeback
+        );
         let c = Config::from_toml("disk_flush = \"durable\"").unwrap();
-        assert_eq!(c.disk_flush, runtime::FlushMode::Durable);
+        assert_eq!(c.disk_flush, disk::fuse::FlushMode::Durable);
         let err = Config::from_toml("disk_flush = \"sometimes\"").unwrap_err();
         assert!(err.to_string().contains("sometimes"), "{err}");
     }

@@ -82,24 +82,12 @@ impl From<model::LabelError> for Error {
 
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Self {
-        let chain = chain_of(&e);
+        let chain = model::error_chain(&e);
         if says_storage_full(&chain) {
             return storage_full(&format!("State database failed: {chain}"));
         }
         Error::Store(e)
     }
-}
-
-/// `e` and its sources, joined by `: `.
-pub(crate) fn chain_of(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
 }
 
 /// Result of manager calls.
@@ -172,7 +160,7 @@ impl Error {
 
     /// The whole chain, for users and logs.
     pub fn message(&self) -> String {
-        chain_of(self)
+        model::error_chain(self)
     }
 }
 

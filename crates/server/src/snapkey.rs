@@ -63,8 +63,7 @@ fn parse(text: &str) -> Option<SnapshotKey> {
 /// Writes a fresh key next to `path` and links it into place, so that of two daemons
 /// creating it at once both end up with the one that won.
 fn create(path: &Path) -> io::Result<SnapshotKey> {
-    let mut key = [0u8; 32];
-    getrandom::getrandom(&mut key).map_err(io::Error::other)?;
+    let key = model::ids::random_bytes::<32>().map_err(io::Error::other)?;
     let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()

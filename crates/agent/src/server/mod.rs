@@ -16,7 +16,6 @@ mod supervisor;
 mod user;
 mod wire;
 
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -72,6 +71,8 @@ pub enum ServeError {
     },
     #[error("cannot install signal handlers")]
     Signals(#[source] std::io::Error),
+    #[error("cannot make a boot id")]
+    BootId(#[source] model::IdError),
 }
 
 pub struct Agent {
@@ -85,16 +86,16 @@ pub struct Agent {
 }
 
 impl Agent {
-    fn new(config: Config) -> Self {
-        Self {
+    fn new(config: Config) -> Result<Self, ServeError> {
+        Ok(Self {
             config,
             reaper: Reaper::default(),
             procs: ProcTable::default(),
             started: Instant::now(),
-            boot_id: boot_id(),
+            boot_id: boot_id()?,
             base_env: own_base_env(),
             identity: Mutex::new(None),
-        }
+        })
     }
 
     fn identity(&self) -> Option<Identity> {
@@ -141,18 +142,10 @@ fn own_base_env() -> Vec<(String, String)> {
     env
 }
 
-fn boot_id() -> String {
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        b[..16].copy_from_slice(&t.as_nanos().to_le_bytes());
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// 128 random bits naming this run of the agent (a restored copy keeps its parent's).
+fn boot_id() -> Result<String, ServeError> {
+    let bytes = model::ids::random_bytes::<16>().map_err(ServeError::BootId)?;
+    Ok(bytes.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn listen(path: &std::path::Path) -> std::io::Result<UnixListener> {
@@ -181,7 +174,7 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         path: config.socket.clone(),
         source,
     })?;
-    let agent = Arc::new(Agent::new(config));
+    let agent = Arc::new(Agent::new(config)?);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     tracing::info!(socket = %agent.config.socket.display(), "agent listening");
     let sig = loop {

@@ -26,7 +26,7 @@ impl TestAgent {
     }
 
     pub async fn start_with(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = testkit::data_dir("agent");
         let sock_dir = dir.path().join("run");
         std::fs::create_dir(&sock_dir).expect("mkdir run");
         let child = Command::new(AGENT)

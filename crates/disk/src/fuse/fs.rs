@@ -375,7 +375,7 @@ impl DiskFs {
                 eprintln!(
                     "disk I/O failed ({} so far): {}",
                     n + 1,
-                    crate::error_chain(&e)
+                    model::error_chain(&e)
                 );
             }
             errno_of(&e)

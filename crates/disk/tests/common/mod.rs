@@ -20,7 +20,8 @@ impl Fixture {
     /// A store holding one base layer: ext4 with `/hello.txt` and `/etc/motd`.
     pub fn new() -> Fixture {
         std::env::set_var("SANDFORK_DISK_BIN", env!("CARGO_BIN_EXE_sandfork-disk"));
-        let dir = tempfile::tempdir().unwrap();
+        testkit::needs_root("FUSE, loop devices, mounts");
+        let dir = testkit::data_dir("disk");
         let rootfs = dir.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("etc")).unwrap();
         std::fs::write(rootfs.join("hello.txt"), "hello from the image\n").unwrap();
@@ -66,16 +67,8 @@ impl Fixture {
     /// Asserts nothing of this fixture is left: mounts, loop devices, servers.
     pub fn assert_clean(&self) {
         let root = self.dir.path().canonicalize().unwrap();
-        let mounts: Vec<_> = disk::mounts::mounts()
-            .into_iter()
-            .filter(|m| m.mountpoint.starts_with(&root))
-            .collect();
-        assert!(mounts.is_empty(), "mounts left: {mounts:?}");
-        let loops: Vec<_> = disk::loopdev::attached()
-            .into_iter()
-            .filter(|(_, b)| b.starts_with(&root))
-            .collect();
-        assert!(loops.is_empty(), "loop devices left: {loops:?}");
+        let left = testkit::traces_under(&root);
+        assert!(left.is_empty(), "left on the host: {left:?}");
         let servers: Vec<_> = disk::mounts::disk_servers()
             .into_iter()
             .filter(|(_, d)| d.starts_with(&root))

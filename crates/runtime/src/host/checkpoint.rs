@@ -1,7 +1,7 @@
 //! Host side effects of checkpoints: pausing containers, freezing and sealing their disks,
 //! and runc's CRIU-driven checkpoint and restore.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::FakeHost;
 use crate::error::{Error, Result};
@@ -45,6 +45,21 @@ pub trait CheckpointHost {
     fn undumpable_processes(&self, _cgroup: &str) -> Vec<String> {
         Vec::new()
     }
+    /// Whether a `runc --root <root> [verb] … <id>` process is alive (any verb when
+    /// `None`): a runc command a killed daemon started runs on as an orphan.
+    fn runc_busy(&self, root: &Path, id: &str, verb: Option<&str>) -> bool;
+    /// Makes `work` a fresh, empty CRIU work directory.
+    fn criu_work_dir(&self, work: &Path) -> Result<()>;
+    /// Moves CRIU's log `log` out of `work` into the sandbox's logs; removes `work`.
+    fn keep_criu_log(&self, paths: &SandboxPaths, work: &Path, log: &str);
+    /// Creates the directory a memory dump goes to; returns its absolute path.
+    fn images_dir(&self, dir: &Path) -> Result<PathBuf>;
+    /// Removes the images of a checkpoint that failed.
+    fn discard_images(&self, dir: &Path);
+    /// Makes dumped images root's alone (they hold whatever the processes kept in memory,
+    /// secrets from the environment included, and a copy of the data directory keeps
+    /// modes); returns their total size.
+    fn seal_images(&self, dir: &Path) -> Result<u64>;
 }
 
 fn refused(op: &str) -> Error {
@@ -84,5 +99,24 @@ impl CheckpointHost for FakeHost {
     }
     fn layer_bytes(&self, _layer: &str) -> Result<u64> {
         Err(refused("layer info"))
+    }
+    fn runc_busy(&self, _root: &Path, _id: &str, _verb: Option<&str>) -> bool {
+        false
+    }
+    fn criu_work_dir(&self, work: &Path) -> Result<()> {
+        self.call("criu_work_dir", &work.display().to_string())
+    }
+    fn keep_criu_log(&self, _paths: &SandboxPaths, _work: &Path, log: &str) {
+        let _ = self.call("keep_criu_log", log);
+    }
+    fn images_dir(&self, dir: &Path) -> Result<PathBuf> {
+        self.call("images_dir", &dir.display().to_string())?;
+        Ok(dir.to_path_buf())
+    }
+    fn discard_images(&self, dir: &Path) {
+        let _ = self.call("discard_images", &dir.display().to_string());
+    }
+    fn seal_images(&self, _dir: &Path) -> Result<u64> {
+        Err(refused("seal images"))
     }
 }

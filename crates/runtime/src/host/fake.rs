@@ -46,7 +46,7 @@ impl FakeHost {
         self.calls.lock().unwrap().clear();
     }
 
-    fn call(&self, op: &str, arg: &str) -> Result<()> {
+    pub(super) fn call(&self, op: &str, arg: &str) -> Result<()> {
         self.calls.lock().unwrap().push(format!("{op} {arg}"));
         if self.fail.lock().unwrap().contains(op) {
             return Err(Error::Command {
@@ -101,8 +101,12 @@ impl Host for FakeHost {
     fn nft_remove(&self, commands: &[String]) -> Result<()> {
         self.call("nft_remove", &commands.len().to_string())
     }
-    fn write_config(&self, _paths: &SandboxPaths, config: &[u8]) -> Result<()> {
-        self.call("write_config", &config.len().to_string())
+    fn write_bundle(&self, _paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()> {
+        let resolv = if resolv_conf { " resolv.conf" } else { "" };
+        self.call("write_bundle", &format!("{}{resolv}", config.len()))
+    }
+    fn nofile_limit(&self) -> u64 {
+        1024
     }
     fn runc_run(&self, _root: &Path, id: &str, _paths: &SandboxPaths) -> Result<()> {
         self.call("runc_run", id)?;

@@ -207,11 +207,21 @@ impl Host for RealHost {
         first
     }
 
-    fn write_config(&self, paths: &SandboxPaths, config: &[u8]) -> Result<()> {
+    fn write_bundle(&self, paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()> {
         let criu = paths.criu_config();
         std::fs::write(&criu, crate::oci::CRIU_OPTIONS).at(&criu)?;
+        if resolv_conf {
+            let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+            let path = paths.resolv_conf();
+            std::fs::write(&path, crate::net::resolv_conf(&host)).at(&path)?;
+        }
         // The process environment in it holds the sandbox's secrets.
         crate::layout::write_private(&paths.config(), config)
+    }
+
+    fn nofile_limit(&self) -> u64 {
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(_, hard)| hard.min(1 << 20))
     }
 
     fn runc_run(&self, root: &Path, id: &str, paths: &SandboxPaths) -> Result<()> {

@@ -62,7 +62,7 @@ const HEAD: &[&str] = &["mount_run_dir", "create_disk"];
 const DISK_BRANCH: &[&str] = &["mount_disk"];
 const NET_NONE: &[&str] = &["netns_add"];
 const NET_INTERNET: &[&str] = &["netns_add", "veth_add", "nft_prepare", "nft_apply"];
-const TAIL: &[&str] = &["write_config", "runc_run"];
+const TAIL: &[&str] = &["write_bundle", "runc_run"];
 
 fn net_branch(network: bool) -> &'static [&'static str] {
     if network {
@@ -291,7 +291,7 @@ fn stop_then_restart_reuses_disk_and_network() {
         "runc_kill",
         "runc_delete",
         "runc_state",
-        "write_config",
+        "write_bundle",
         "runc_run",
     ];
     assert_eq!(host.ops(), ops);

@@ -1,5 +1,6 @@
 //! Shared harness of the integration tests: a private data directory with a busybox
-//! image, a runtime on the real host, and cleanup of everything on drop.
+//! image, a runtime on the real host, and cleanup of everything on drop (built on the
+//! workspace's `testkit`).
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -19,24 +20,12 @@ pub struct TestEnv {
     pub dir: tempfile::TempDir,
 }
 
-/// A unique, valid sandbox id.
-pub fn unique_id(tag: &str) -> String {
-    let n: u32 = std::process::id()
-        ^ (std::time::SystemTime::now()
-            .elapsed()
-            .map_or(0, |d| d.as_nanos() as u32));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("t-{tag}-{:x}{:x}", n & 0xfff, nanos)
-}
+pub use testkit::unique_id;
 
 impl TestEnv {
     pub fn new() -> TestEnv {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfork-rt-")
-            .tempdir()
-            .unwrap();
+        testkit::needs_root("runc, mounts, namespaces");
+        let dir = testkit::data_dir("rt");
         let data = dir.path().join("data");
         let disks = Disks::open(data.join("store")).unwrap();
         let images = Images::new(disks.store().clone(), data.join("images"));

@@ -18,10 +18,8 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start() -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfork-cli-")
-            .tempdir()
-            .unwrap();
+        testkit::needs_root("a daemon runs real sandboxes");
+        let dir = testkit::data_dir("cli");
         let mut d = Daemon { dir, child: None };
         d.spawn();
         d
@@ -53,7 +51,7 @@ impl Daemon {
             .spawn()
             .unwrap();
         self.child = Some(child);
-        let up = wait_for(60, || self.cli(&["ls"]).status.success());
+        let up = eventually(60, || self.cli(&["ls"]).status.success());
         assert!(up, "daemon did not come up: {}", self.log());
     }
 
@@ -159,14 +157,4 @@ impl Drop for Daemon {
     }
 }
 
-/// Polls `f` every 100 ms for up to `secs` seconds.
-pub fn wait_for(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
+pub use testkit::eventually;

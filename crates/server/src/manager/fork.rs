@@ -178,6 +178,13 @@ impl Manager {
         self.restore_entry(&entry, rec, c).await
     }
 
+    /// Draws a fork child's seed and records the child; returns the seed.
+    async fn record_child(&self, row: &SandboxRow) -> Result<[u8; 32]> {
+        let seed = model::ids::random_bytes::<32>()?;
+        self.store.put_sandbox(row.clone()).await?;
+        Ok(seed)
+    }
+
     async fn restore_entry(
         &self,
         entry: &Arc<Entry>,
@@ -192,16 +199,7 @@ impl Manager {
             state: row.view.state,
         })?;
         // The child's seed, then its record: either failing leaves nothing behind.
-        let recorded = match model::ids::random_bytes::<32>() {
-            Ok(seed) => self
-                .store
-                .put_sandbox(row.clone())
-                .await
-                .map(|()| seed)
-                .map_err(Error::from),
-            Err(e) => Err(e.into()),
-        };
-        let seed = match recorded {
+        let seed = match self.record_child(&row).await {
             Ok(seed) => seed,
             Err(e) => {
                 self.registry_mut().entries.remove(&id);
@@ -312,8 +310,10 @@ fn check_fork(req: &ForkRequest) -> Result<()> {
         ..Default::default()
     };
     validate(&check)?;
-    for i in 0..req.count {
-        model::labels::check(&child_of(req, i).labels)?;
+    // Children past `per_child` carry the request's labels alone.
+    model::labels::check(&req.labels)?;
+    for i in 0..req.per_child.len() {
+        model::labels::check(&child_of(req, i as u32).labels)?;
     }
     for c in &req.per_child {
         validate(&CreateSandbox {

@@ -19,7 +19,7 @@ pub fn host_err(e: runtime::Error) -> BackendError {
     }
 }
 
-pub(crate) use crate::error::chain_of as error_chain;
+pub(crate) use model::error_chain;
 
 /// Maps an agent client error to a backend error.
 pub fn agent_err(e: ClientError) -> BackendError {

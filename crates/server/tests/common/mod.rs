@@ -3,7 +3,7 @@
 //! nothing of a sandbox is left on the host.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,10 +33,8 @@ impl TestDaemon {
 
     /// Starts with a config adjusted by `f`.
     pub fn with(f: impl FnOnce(&mut Config)) -> TestDaemon {
-        let dir = tempfile::Builder::new()
-            .prefix("sandfork-api-")
-            .tempdir()
-            .unwrap();
+        testkit::needs_root("a daemon runs real sandboxes");
+        let dir = testkit::data_dir("api");
         let data = dir.path().join("data");
         let mut config = Config {
             data_dir: data.clone(),
@@ -245,92 +243,5 @@ pub fn assert_error(status: StatusCode, v: &Value, want: u16, code: &str) {
     assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
 }
 
-/// Everything of sandbox `id` on the host: container, netns, cgroups, mounts, processes.
-pub fn host_traces(data: &Path, id: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let runc = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(data.join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    if runc.lines().any(|l| l.trim() == id) {
-        found.push(format!("runc container {id}"));
-    }
-    if Path::new("/run/sandfork/netns")
-        .join(format!("sf-{id}"))
-        .exists()
-    {
-        found.push(format!("netns sf-{id}"));
-    }
-    for h in std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let cg = h.path().join("sandfork").join(id);
-        if cg.exists() {
-            found.push(format!("cgroup {}", cg.display()));
-        }
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for m in mounts.lines().filter_map(|l| l.split(' ').nth(4)) {
-        if m.contains(id) {
-            found.push(format!("mount {m}"));
-        }
-    }
-    if data.join("sandboxes").join(id).exists() {
-        found.push(format!("directory sandboxes/{id}"));
-    }
-    let loops = std::process::Command::new("losetup").arg("-a").output();
-    let loops = loops
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    found.extend(
-        loops
-            .lines()
-            .filter(|l| l.contains(id))
-            .map(|l| format!("loop device {l}")),
-    );
-    found.extend(
-        processes_mentioning(id)
-            .into_iter()
-            .map(|p| format!("process {p}")),
-    );
-    found
-}
-
-/// Host processes whose command line mentions `needle` (disk servers, runc, shims).
-pub fn processes_mentioning(needle: &str) -> Vec<String> {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .chars()
-                .all(|c| c.is_ascii_digit())
-        })
-        .filter(|e| e.file_name().to_string_lossy() != me)
-        .filter_map(|e| {
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            cmd.contains(needle).then_some(cmd)
-        })
-        .collect()
-}
-
-/// Polls `f` until it returns true or `secs` pass.
-pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
-    let end = std::time::Instant::now() + Duration::from_secs(secs);
-    while std::time::Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    f()
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use testkit::{eventually, processes_mentioning, sandbox_traces as host_traces};

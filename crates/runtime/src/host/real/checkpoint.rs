@@ -1,6 +1,6 @@
 //! [`CheckpointHost`] on the real host: runc + CRIU, and the block-store disks.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::cmd::{self, run};
@@ -297,6 +297,54 @@ impl CheckpointHost for RealHost {
             .map_err(|_| Error::InvalidSpec(format!("bad layer id {layer:?}")))?;
         let info = self.disks().store().layer_info(&id).map_err(disk_err)?;
         Ok(info.bytes_on_disk)
+    }
+
+    fn runc_busy(&self, root: &Path, id: &str, verb: Option<&str>) -> bool {
+        let root = root.to_string_lossy();
+        let Ok(all) = procfs::process::all_processes() else {
+            return false;
+        };
+        all.flatten().any(|p| {
+            let args = p.cmdline().unwrap_or_default();
+            let has = |s: &str| args.iter().any(|a| a == s);
+            verb.is_none_or(has) && has(id) && has(&root)
+        })
+    }
+
+    fn criu_work_dir(&self, work: &Path) -> Result<()> {
+        let _ = std::fs::remove_dir_all(work);
+        std::fs::create_dir(work).at(work)
+    }
+
+    fn keep_criu_log(&self, paths: &SandboxPaths, work: &Path, log: &str) {
+        let _ = std::fs::rename(work.join(log), paths.logs().join(log));
+        let _ = std::fs::remove_dir_all(work);
+    }
+
+    fn images_dir(&self, dir: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir).at(dir)?;
+        dir.canonicalize().at(dir)
+    }
+
+    fn discard_images(&self, dir: &Path) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn seal_images(&self, dir: &Path) -> Result<u64> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).at(dir)?;
+        let mut bytes = 0;
+        // CRIU's images are flat: regular files only.
+        for entry in std::fs::read_dir(dir).at(dir)?.flatten() {
+            let path = entry.path();
+            let meta = entry.metadata().at(&path)?;
+            if meta.is_file() {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .at(&path)?;
+                bytes += meta.len();
+            }
+        }
+        Ok(bytes)
     }
 }
 
