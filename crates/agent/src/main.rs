@@ -5,44 +5,38 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent::server::{run, Config};
+use clap::Parser;
 
-const USAGE: &str =
-    "usage: sandfork-agent --socket PATH [--identity-dir DIR] [--max-transfer BYTES]";
+/// The sandbox's init: serves the host's exec, process and file requests on a Unix socket.
+#[derive(Debug, Parser)]
+#[command(name = "sandfork-agent", version)]
+struct Args {
+    /// The socket to listen on.
+    #[arg(long)]
+    socket: PathBuf,
+    /// Where the sandbox's fork identity is written for its processes.
+    #[arg(long)]
+    identity_dir: Option<PathBuf>,
+    /// Largest file transfer, in bytes.
+    #[arg(long)]
+    max_transfer: Option<u64>,
+}
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
-    let mut socket = None;
-    let mut config = Config::new(PathBuf::new());
-    while let Some(flag) = args.next() {
-        if flag == "--version" {
-            println!("sandfork-agent {}", env!("CARGO_PKG_VERSION"));
-            std::process::exit(0);
+impl Args {
+    fn config(self) -> Config {
+        let mut config = Config::new(self.socket);
+        if let Some(dir) = self.identity_dir {
+            config.identity_dir = dir;
         }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        match flag.as_str() {
-            "--socket" => socket = Some(PathBuf::from(value)),
-            "--identity-dir" => config.identity_dir = PathBuf::from(value),
-            "--max-transfer" => {
-                config.max_transfer = value
-                    .parse()
-                    .map_err(|_| format!("bad --max-transfer {value:?}"))?;
-            }
-            _ => return Err(format!("unknown argument {flag:?}\n{USAGE}")),
+        if let Some(max) = self.max_transfer {
+            config.max_transfer = max;
         }
+        config
     }
-    config.socket = socket.ok_or_else(|| USAGE.to_string())?;
-    Ok(config)
 }
 
 fn main() -> ExitCode {
-    let config = match parse_args(std::env::args().skip(1)) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let config = Args::parse().config();
     let level = std::env::var("SANDFORK_AGENT_LOG").unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -62,10 +56,7 @@ fn main() -> ExitCode {
     match rt.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let source = std::error::Error::source(&e)
-                .map(|s| format!(": {s}"))
-                .unwrap_or_default();
-            eprintln!("sandfork-agent: {e}{source}");
+            eprintln!("sandfork-agent: {}", model::error_chain(&e));
             ExitCode::FAILURE
         }
     }
