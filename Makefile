@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory
 
 setup:
 	@scripts/setup
@@ -58,6 +58,13 @@ bench-sandbox: build-release
 bench-fork: build-release
 	@scripts/setup --bench
 	@bench/fork --python --mb 50,500 --fanout 1,8,32
+
+# Memory shared across forks (page merging on and off, same run). Starts its own daemons.
+bench-memory: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/memory.py | tee $$out && \
+	  python3 bench/report.py "memory" "make bench-memory" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
 
 # The examples' warm states (browser, PostgreSQL, ML worker) next to podman + CRIU.
 bench-warm: build-release

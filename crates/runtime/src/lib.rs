@@ -1,7 +1,7 @@
 //! sandfork's sandbox runtime.
 //!
-//! A [`Runtime`] creates, stops, adopts and destroys sandboxes. [`ContainerRuntime`] is the
-//! implementation on runc: each sandbox is a container whose root filesystem is its own
+//! [`ContainerRuntime`] creates, stops, adopts, checkpoints, restores and destroys
+//! sandboxes on runc: each sandbox is a container whose root filesystem is its own
 //! block-store disk, whose network namespace sandfork made, and whose init is the
 //! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
 //! and `docs/SECURITY.md`.
@@ -11,6 +11,7 @@ mod container;
 mod error;
 pub mod host;
 pub mod image;
+pub mod ksm;
 pub mod layout;
 pub mod lifecycle;
 pub mod liveness;

@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// Seconds a create waits for room on a full host before 429 (default 30).
     #[arg(long)]
     pub admission_wait_secs: Option<u64>,
+    /// Merge equal memory pages across sandboxes, so forks share what they have not
+    /// written (default true; starts the kernel's ksmd).
+    #[arg(long, value_name = "BOOL")]
+    pub memory_merge: Option<bool>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -49,6 +53,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.max_memory_mb = a.max_memory_mb.unwrap_or(c.max_memory_mb);
     c.default_image = a.default_image.unwrap_or(c.default_image);
     c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
+    c.memory_merge = a.memory_merge.unwrap_or(c.memory_merge);
     c.validate()?;
     Ok(c)
 }
@@ -90,9 +95,11 @@ mod tests {
             max_memory_mb: None,
             default_image: None,
             admission_wait_secs: None,
+            memory_merge: Some(false),
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
+        assert!(!c.memory_merge);
         assert_eq!(
             c.socket_path(),
             std::path::PathBuf::from("/tmp/d/sandfork.sock")

@@ -149,6 +149,17 @@ pub struct HostMemory {
     pub available_mb: u64,
 }
 
+/// What merging equal pages across sandboxes has done, host-wide (`runtime::ksm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostMerge {
+    /// Memory saved: bytes mapped from a page shared with another mapping.
+    pub saved_bytes: u64,
+    /// CPU the merging has used since boot, in milliseconds.
+    pub cpu_ms: u64,
+    /// Complete passes over the memory of mergeable sandboxes.
+    pub full_scans: u64,
+}
+
 /// Free space, in MiB, of the host filesystem holding the data directory (sandbox disks
 /// grow into it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +173,10 @@ pub trait Backend: Send + Sync + 'static {
     /// The host's memory now, or `None` where it cannot be known (admission then applies
     /// its caps only).
     fn host_memory(&self) -> Option<HostMemory> {
+        None
+    }
+    /// What page merging across sandboxes has done, or `None` when it is off.
+    fn host_merge(&self) -> Option<HostMerge> {
         None
     }
     /// The data directory's filesystem now, or `None` where it cannot be known.

@@ -90,6 +90,10 @@ pub struct Config {
     /// What a flush inside a sandbox waits for: `writeback` (the host syncs at checkpoints,
     /// suspend and stop) or `durable` (every flush is a host fsync). docs/disk-path.md.
     pub disk_flush: disk::fuse::FlushMode,
+    /// Merge equal memory pages across sandboxes (the kernel's KSM): forks of one memory
+    /// snapshot then share what none of them has written. Starts `ksmd` if it is stopped.
+    /// docs/checkpoints.md, memory sharing.
+    pub memory_merge: bool,
 }
 
 impl Default for Config {
@@ -120,6 +124,7 @@ impl Default for Config {
             max_import_bytes: 64 << 30,
             max_exec_output_bytes: 64 << 20,
             disk_flush: disk::fuse::FlushMode::default(),
+            memory_merge: true,
         }
     }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use model::State;
 
+use crate::backend::HostMerge;
+
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -114,10 +116,14 @@ impl Metrics {
             .unwrap_or(0)
     }
 
-    /// Renders everything; `states` is the current count of sandboxes per state.
-    pub fn render(&self, states: &BTreeMap<State, u64>) -> String {
+    /// Renders everything; `states` is the current count of sandboxes per state, `merge`
+    /// what page merging has done (when it is on).
+    pub fn render(&self, states: &BTreeMap<State, u64>, merge: Option<HostMerge>) -> String {
         let mut out = String::new();
         render_states(&mut out, states);
+        if let Some(m) = merge {
+            render_merge(&mut out, m);
+        }
         self.create.render(
             &mut out,
             "sandfork_create_seconds",
@@ -158,6 +164,35 @@ impl Metrics {
     }
 }
 
+fn render_merge(out: &mut String, m: HostMerge) {
+    let gauges = [
+        (
+            "sandfork_memory_merge_saved_bytes",
+            "gauge",
+            "Memory saved by merging equal pages across sandboxes (host-wide KSM).",
+            m.saved_bytes as f64,
+        ),
+        (
+            "sandfork_memory_merge_cpu_seconds_total",
+            "counter",
+            "CPU the kernel's page merging (ksmd) has used since boot.",
+            m.cpu_ms as f64 / 1000.0,
+        ),
+        (
+            "sandfork_memory_merge_full_scans_total",
+            "counter",
+            "Complete passes of the page merging over mergeable memory.",
+            m.full_scans as f64,
+        ),
+    ];
+    for (name, kind, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+}
+
 fn render_states(out: &mut String, states: &BTreeMap<State, u64>) {
     let _ = writeln!(
         out,
@@ -178,7 +213,7 @@ mod tests {
         let m = Metrics::default();
         m.exec.observe(Duration::from_millis(7));
         m.exec.observe(Duration::from_secs(3));
-        let text = m.render(&BTreeMap::new());
+        let text = m.render(&BTreeMap::new(), None);
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.005\"} 0"));
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.01\"} 1"));
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"5\"} 2"));
@@ -191,9 +226,25 @@ mod tests {
         m.error("not_found");
         m.error("not_found");
         let states = BTreeMap::from([(State::Running, 3)]);
-        let text = m.render(&states);
+        let text = m.render(&states, None);
         assert!(text.contains("sandfork_errors_total{kind=\"not_found\"} 2"));
         assert!(text.contains("sandfork_sandboxes{state=\"running\"} 3"));
         assert!(text.contains("sandfork_sandboxes{state=\"failed\"} 0"));
+    }
+
+    #[test]
+    fn page_merging_renders_when_on() {
+        let m = Metrics::default();
+        let merge = HostMerge {
+            saved_bytes: 4096 * 10,
+            cpu_ms: 1500,
+            full_scans: 3,
+        };
+        let text = m.render(&BTreeMap::new(), Some(merge));
+        assert!(text.contains("sandfork_memory_merge_saved_bytes 40960\n"));
+        assert!(text.contains("sandfork_memory_merge_cpu_seconds_total 1.5\n"));
+        assert!(text.contains("sandfork_memory_merge_full_scans_total 3\n"));
+        let off = m.render(&BTreeMap::new(), None);
+        assert!(!off.contains("memory_merge"));
     }
 }

@@ -44,6 +44,8 @@ pub struct RealHost {
     nft_ready: AtomicBool,
     /// Per run directory: turns true when the init started by `runc_run` has exited.
     inits: Mutex<HashMap<PathBuf, Arc<AtomicBool>>>,
+    /// Sandboxes' pages may be merged with equal pages of others (see [`crate::ksm`]).
+    memory_merge: bool,
 }
 
 impl RealHost {
@@ -55,7 +57,24 @@ impl RealHost {
             lock_dir: lock_dir.into(),
             nft_ready: AtomicBool::new(false),
             inits: Mutex::new(HashMap::new()),
+            memory_merge: false,
         }
+    }
+
+    /// Marks every sandbox this host starts or restores as mergeable (`ksmd` must run for
+    /// pages to be merged: [`crate::ksm::ensure_running`]).
+    pub fn with_memory_merge(mut self, on: bool) -> Self {
+        self.memory_merge = on;
+        self
+    }
+
+    /// `runc` with `--root root`, marked mergeable when merging is on.
+    fn runc_for_sandbox(&self, root: &Path) -> Command {
+        let mut c = runc(root);
+        if self.memory_merge {
+            crate::ksm::mark_mergeable(&mut c);
+        }
+        c
     }
 
     pub fn disks(&self) -> &Disks {
@@ -226,7 +245,7 @@ impl Host for RealHost {
 
     fn runc_run(&self, root: &Path, id: &str, paths: &SandboxPaths) -> Result<()> {
         let log = paths.logs().join("runc.log");
-        let mut c = runc(root);
+        let mut c = self.runc_for_sandbox(root);
         c.arg("--log")
             .arg(&log)
             .args(["run", "--detach", "--bundle"]);

@@ -222,6 +222,11 @@ impl Manager {
         Ok(out)
     }
 
+    /// What page merging across sandboxes has done (for metrics); `None` when it is off.
+    pub fn host_merge(&self) -> Option<crate::backend::HostMerge> {
+        self.backend.host_merge()
+    }
+
     /// Number of sandboxes per state (for metrics).
     pub fn state_counts(&self) -> BTreeMap<State, u64> {
         let mut counts = BTreeMap::new();

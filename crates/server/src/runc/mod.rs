@@ -35,6 +35,8 @@ pub struct RuncBackend {
     runtime: Arc<ContainerRuntime>,
     images: Arc<Images>,
     agents: Mutex<HashMap<String, AgentClient>>,
+    /// Sandboxes are marked mergeable (`Config::memory_merge`).
+    memory_merge: bool,
 }
 
 impl RuncBackend {
@@ -50,9 +52,15 @@ impl RuncBackend {
         let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
         let mut rc = RuntimeConfig::new(&data).map_err(host_err)?;
         rc.ready_timeout = Duration::from_secs(30);
-        let host = RealHost::new(disks, "/run/sandfork");
+        if config.memory_merge
+            && runtime::ksm::ensure_running(Default::default()).map_err(host_err)?
+        {
+            tracing::info!("started the kernel's page merging (ksmd) for memory_merge");
+        }
+        let host = RealHost::new(disks, "/run/sandfork").with_memory_merge(config.memory_merge);
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
         Ok(RuncBackend {
+            memory_merge: config.memory_merge,
             data_dir: data,
             runtime,
             images,
@@ -140,6 +148,18 @@ impl Backend for RuncBackend {
         let free = runtime::space::free_bytes(&self.data_dir).ok()?;
         Some(HostDisk {
             free_mb: free >> 20,
+        })
+    }
+
+    fn host_merge(&self) -> Option<HostMerge> {
+        if !self.memory_merge {
+            return None;
+        }
+        let s = runtime::ksm::stats()?;
+        Some(HostMerge {
+            saved_bytes: s.saved_bytes,
+            cpu_ms: s.cpu_ms,
+            full_scans: s.full_scans,
         })
     }
 

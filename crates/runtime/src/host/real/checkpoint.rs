@@ -235,7 +235,7 @@ impl CheckpointHost for RealHost {
         criu: CriuPaths<'_>,
     ) -> Result<()> {
         let log = paths.logs().join("runc.log");
-        let mut c = runc(root);
+        let mut c = self.runc_for_sandbox(root);
         c.arg("--log")
             .arg(&log)
             .args(["restore", "--detach", "--image-path"]);
