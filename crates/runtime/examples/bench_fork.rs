@@ -8,10 +8,13 @@
 //! memory checkpoint time (the sandbox keeps running); warm restore → first exec, against
 //! a cold create → first exec of the same image; fork fan-out of N children restored 4 at a
 //! time (total and per-child p50/p99), against N cold creates at the same parallelism.
+//! The warm restores and cold creates are also broken down into their steps (the runtime's
+//! `sandfork::steps` events): the median of each step, restore next to create.
 //! Then filesystem checkpoint time vs bytes changed and vs disk size.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
@@ -22,6 +25,9 @@ use runtime::{
     SandboxSpec, SnapshotSource,
 };
 use tokio::sync::Semaphore;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 const PARALLEL: usize = 4;
 
@@ -97,7 +103,63 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// The runtime's step timings (`sandfork::steps` events) since the last [`Steps::take`].
+#[derive(Clone, Default)]
+struct Steps(Arc<Mutex<Vec<(String, f64)>>>);
+
+impl Steps {
+    fn take(&self) -> Vec<(String, f64)> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+#[derive(Default)]
+struct StepVisitor {
+    step: Option<String>,
+    ms: Option<f64>,
+}
+
+impl tracing::field::Visit for StepVisitor {
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        if field.name() == "ms" {
+            self.ms = Some(value);
+        }
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "step" {
+            self.step = Some(value.to_string());
+        }
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Steps {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() != "sandfork::steps" {
+            return;
+        }
+        let mut v = StepVisitor::default();
+        event.record(&mut v);
+        if let (Some(step), Some(ms)) = (v.step, v.ms) {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((step, ms));
+        }
+    }
+}
+
+/// Per step, the times of every run.
+type Breakdown = BTreeMap<String, Vec<f64>>;
+
+fn add_steps(into: &mut Breakdown, steps: Vec<(String, f64)>) {
+    for (step, ms) in steps {
+        into.entry(step).or_default().push(ms);
+    }
+}
+
 struct Bench {
+    steps: Steps,
     rt: ContainerRuntime,
     image: ImageRef,
     python: bool,
@@ -277,13 +339,42 @@ async fn memory_suite(b: &Arc<Bench>, mb: u64, runs: usize, fanout: &[usize]) ->
         memory_dir: info.memory_dir,
     };
     let (mut warm, mut cold) = (Vec::new(), Vec::new());
+    let (mut warm_steps, mut cold_steps) = (Breakdown::new(), Breakdown::new());
     for _ in 0..runs {
+        b.steps.take();
         let (id, m) = cold_ready(b, mem).await?;
+        add_steps(&mut cold_steps, b.steps.take());
         destroy(&b.rt, &id).await?;
         cold.push(m);
+        b.steps.take();
         let (id, m) = restore_ready(b, &from, mem).await?;
+        add_steps(&mut warm_steps, b.steps.take());
         destroy(&b.rt, &id).await?;
         warm.push(m);
+    }
+    for (step, times) in &warm_steps {
+        let base = cold_steps
+            .get(step)
+            .map(|c| (c.as_slice(), "the same step of a cold create"));
+        emit(
+            &format!("restore step: {step}, {kind} {mb} MB"),
+            times,
+            base,
+            "ms",
+            serde_json::json!({}),
+        );
+    }
+    for (step, times) in cold_steps
+        .iter()
+        .filter(|(s, _)| !warm_steps.contains_key(*s))
+    {
+        emit(
+            &format!("create step: {step}, {kind} {mb} MB"),
+            times,
+            None,
+            "ms",
+            serde_json::json!({}),
+        );
     }
     let base = Some((cold.as_slice(), "cold create → first exec, same image"));
     emit(
@@ -363,9 +454,17 @@ async fn fs_suite(b: &Bench) -> Result<()> {
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
     let a = args();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+    let steps = Steps::default();
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_filter(tracing_subscriber::EnvFilter::from_default_env());
+    let timings = steps.clone().with_filter(
+        tracing_subscriber::filter::Targets::new()
+            .with_target("sandfork::steps", tracing::Level::DEBUG),
+    );
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(timings)
         .init();
     let bench_dir =
         std::env::var("SANDFORK_BENCH_DIR").unwrap_or("/var/tmp/sandfork-bench-runtime".into());
@@ -405,6 +504,7 @@ async fn main() -> Result<()> {
     config.ready_timeout = std::time::Duration::from_secs(60);
     let rt = ContainerRuntime::new(config, Arc::new(RealHost::new(disks, "/run/sandfork")));
     let b = Arc::new(Bench {
+        steps,
         rt,
         image: image.to_ref(),
         python: a.python,

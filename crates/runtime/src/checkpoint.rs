@@ -276,12 +276,10 @@ pub fn restore(ctx: &Ctx<'_>, mut spec: SandboxSpec, from: &SnapshotSource) -> R
         ready_timeout: ctx.ready_timeout,
         restore_images: Some(images),
     };
-    let t = Instant::now();
     let r = lifecycle::create(&warm, spec);
     if let Err(e) = &r {
         warn!(error = %e, "restore failed");
     }
-    debug!(ms = ms(t), "restored");
     r
 }
 

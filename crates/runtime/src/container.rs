@@ -240,7 +240,7 @@ impl ContainerRuntime {
         let t = std::time::Instant::now();
         let ready = agent_ready(&client, self.inner.config.ready_timeout, gone.as_deref()).await;
         let Err(e) = ready else {
-            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "agent ready");
+            crate::steps::done("agent answers", t);
             return Ok(());
         };
         let e = lifecycle::with_init_output(e, &paths);
@@ -363,10 +363,12 @@ impl ContainerRuntime {
             })
             .await?;
         self.until_ready(&id, Undo::Destroy).await?;
+        let t = std::time::Instant::now();
         if let Err(e) = crate::checkpoint::after_restore(&handle.agent(), opts).await {
             let _ = self.destroy(&id).await;
             return Err(e);
         }
+        crate::steps::done("fork identity and after-restore hooks", t);
         Ok(handle)
     }
 }

@@ -21,6 +21,7 @@ mod seccomp;
 pub mod space;
 pub mod spec;
 mod stale;
+mod steps;
 
 use std::path::PathBuf;
 

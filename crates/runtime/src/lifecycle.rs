@@ -15,6 +15,7 @@ use crate::layout::{Layout, Names, Record, SandboxPaths};
 use crate::net::{self, NetConfig};
 use crate::oci;
 use crate::spec::{NetworkMode, SandboxSpec};
+use crate::steps;
 
 /// One host-side step of creating a sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,14 +94,18 @@ fn build(
     record: &mut Record,
     done: &mut Vec<Step>,
 ) -> Result<()> {
+    let t = std::time::Instant::now();
     done.push(Step::RunDir);
     ctx.host.mount_run_dir(paths)?;
+    steps::done("run directory mounted", t);
     // Before any process is spawned for this sandbox: the store holds a file lock while
     // it creates the disk, and a child forked meanwhile keeps it until it execs.
+    let t = std::time::Instant::now();
     done.push(Step::Disk);
     let (names, spec) = (record.names.clone(), record.spec.clone());
     ctx.host
         .create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
+    steps::done("disk forked from its layer", t);
     // Mounting the disk and making the network do not depend on each other: side by side.
     let (mut disk_done, mut net_done) = (Vec::new(), Vec::new());
     let (disk, net) = std::thread::scope(|s| {
@@ -128,7 +133,7 @@ fn mount_disk(
     let t = std::time::Instant::now();
     done.push(Step::Mount);
     ctx.host.mount_disk(&names.disk, paths)?;
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "disk mounted");
+    steps::done("disk mounted (disk server, loop device, ext4)", t);
     Ok(())
 }
 
@@ -165,12 +170,13 @@ fn build_net(
         ctx.host
             .nft_apply(&net::sandbox_rules_script(&alloc, &egress))?;
     }
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "network ready");
+    steps::done("network namespace and network", t);
     Ok(())
 }
 
 /// Writes the bundle and runs the container (the runtime then waits for its agent).
 fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<Step>) -> Result<()> {
+    let t = std::time::Instant::now();
     let netns = net::netns_path(&record.names.netns);
     let rootfs = paths.rootfs();
     let run_dir = paths.run();
@@ -189,15 +195,20 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
     let config = oci::config(&record.spec, &host_paths)?;
     ctx.host
         .write_bundle(paths, &oci::to_json(&config), resolv.is_some())?;
+    steps::done("bundle written", t);
     done.push(Step::Container);
     let t = std::time::Instant::now();
     match ctx.restore_images {
-        Some(images) => runc_restore(ctx, paths, record, images)?,
-        None => ctx
-            .host
-            .runc_run(&ctx.runc_root(), &record.names.container, paths)?,
+        Some(images) => {
+            runc_restore(ctx, paths, record, images)?;
+            steps::done("runc restore (CRIU)", t);
+        }
+        None => {
+            ctx.host
+                .runc_run(&ctx.runc_root(), &record.names.container, paths)?;
+            steps::done("runc run", t);
+        }
     }
-    tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "container started");
     Ok(())
 }
 
