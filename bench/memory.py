@@ -27,24 +27,9 @@ sys.path.insert(0, str(ROOT / "sdk" / "python" / "src"))
 
 from sandfork import CheckpointType, Sandbox  # noqa: E402
 
-# The parent: 200 MB of random bytes (no two pages alike, so nothing merges within one
-# process), read now and then; answers "sum" with the data's hash on a Unix socket.
-HOLDER = r"""
-import hashlib, os, socket, sys, time
-mb = int(sys.argv[1])
-blob = bytearray(os.urandom(mb << 20))
-srv = socket.socket(socket.AF_UNIX); srv.bind('/tmp/holder.sock'); srv.listen(8)
-open('/tmp/ready', 'w').close()
-while True:
-    s, _ = srv.accept()
-    cmd = s.recv(64).decode()
-    if cmd == 'write':
-        for i in range(0, len(blob), 4096):
-            blob[i] ^= 0xff
-    s.sendall(hashlib.sha256(blob).hexdigest().encode()); s.close()
-"""
-ASK = ("import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect('/tmp/holder.sock'); "
-       "s.sendall(sys.argv[1].encode()); print(s.recv(128).decode())")
+# The parent: MB megabytes of random bytes (no two pages alike, so nothing merges within
+# one process), answering "sum" with the data's hash: the memory-sharing test's holder.
+HOLDER = ROOT / "tests" / "checkpoints" / "programs" / "memholder.py"
 KSM = Path("/sys/kernel/mm/ksm")
 
 
@@ -153,15 +138,14 @@ def one(mb: int, forks: int, merge: bool, settle_s: float) -> dict:
     snap = None
     kids = []
     try:
-        src.write_file("/opt/holder.py", HOLDER.encode())
-        src.write_file("/opt/ask.py", ASK.encode())
-        src.start_process("python3", ["/opt/holder.py", str(mb)])
+        src.write_file("/opt/memholder.py", HOLDER.read_bytes())
+        src.start_process("python3", ["/opt/memholder.py", str(mb)])
         deadline = time.monotonic() + 120
-        while src.run("test", ["-e", "/tmp/ready"]).exit_code != 0:
+        while src.run("test", ["-e", "/tmp/mem.ready"]).exit_code != 0:
             if time.monotonic() > deadline:
                 raise RuntimeError("the holder did not get ready")
             time.sleep(0.2)
-        want = src.run("python3", ["/opt/ask.py", "sum"]).stdout.strip()
+        want = src.run("python3", ["/opt/memholder.py", "ask", "sum"]).stdout.strip()
         parent = memory_of(src.sandbox_id)
         snap = src.checkpoint(checkpoint_type=CheckpointType.MEMORY)
         before_mb, cpu0 = available_mb(), ksmd_cpu_s()
@@ -175,7 +159,7 @@ def one(mb: int, forks: int, merge: bool, settle_s: float) -> dict:
         took_mb = before_mb - available_mb()
         mem = [memory_of(k.sandbox_id) for k in kids]
         for i, k in enumerate(kids):
-            got = k.run("python3", ["/opt/ask.py", "sum"]).stdout.strip()
+            got = k.run("python3", ["/opt/memholder.py", "ask", "sum"]).stdout.strip()
             if got != want:
                 raise RuntimeError(f"fork {i}: the data changed ({got} != {want})")
         pss = sum(m["Pss"] for m in mem)

@@ -381,18 +381,23 @@ mod tests {
         }
     }
 
-    fn generated() -> serde_json::Value {
+    /// The config of `spec()` on fixed host paths, as JSON.
+    fn made(resolv_conf: Option<&Path>) -> serde_json::Value {
         let host = HostPaths {
             rootfs: Path::new("/d/rootfs"),
             run_dir: Path::new("/d/run"),
             agent_bin: Path::new("/opt/agent"),
             netns: Path::new("/run/netns/sf-sb-1"),
             cgroup: "/sandfork/sb-1",
-            resolv_conf: None,
+            resolv_conf,
             criu_config: Path::new("/d/bundle/criu.conf"),
             nofile: 20000,
         };
         to_value(&config(&spec(), &host).unwrap())
+    }
+
+    fn generated() -> serde_json::Value {
+        made(None)
     }
 
     #[test]
@@ -551,17 +556,7 @@ mod tests {
                 .cloned()
         };
         assert!(has(&none).is_none());
-        let host = HostPaths {
-            rootfs: Path::new("/d/rootfs"),
-            run_dir: Path::new("/d/run"),
-            agent_bin: Path::new("/opt/agent"),
-            netns: Path::new("/run/netns/sf-sb-1"),
-            cgroup: "/sandfork/sb-1",
-            resolv_conf: Some(Path::new("/d/resolv.conf")),
-            criu_config: Path::new("/d/bundle/criu.conf"),
-            nofile: 20000,
-        };
-        let m = has(&to_value(&config(&spec(), &host).unwrap())).unwrap();
+        let m = has(&made(Some(Path::new("/d/resolv.conf")))).unwrap();
         assert_eq!(m["source"], "/d/resolv.conf");
         assert!(m["options"].as_array().unwrap().iter().any(|o| o == "ro"));
     }
@@ -612,19 +607,9 @@ mod tests {
     /// (their defaults are not sandfork's) reaches it, and nothing sandfork sets is lost.
     #[test]
     fn the_config_is_exactly_the_reviewed_one() {
-        let host = HostPaths {
-            rootfs: Path::new("/d/rootfs"),
-            run_dir: Path::new("/d/run"),
-            agent_bin: Path::new("/opt/agent"),
-            netns: Path::new("/run/netns/sf-sb-1"),
-            cgroup: "/sandfork/sb-1",
-            resolv_conf: Some(Path::new("/d/resolv.conf")),
-            criu_config: Path::new("/d/bundle/criu.conf"),
-            nofile: 20000,
-        };
         let golden: serde_json::Value =
             serde_json::from_str(include_str!("oci.golden.json")).unwrap();
-        let made = to_value(&config(&spec(), &host).unwrap());
+        let made = made(Some(Path::new("/d/resolv.conf")));
         assert_eq!(sorted_caps(made), sorted_caps(golden));
     }
 }
