@@ -371,6 +371,64 @@ impl ContainerRuntime {
         crate::steps::done("fork identity and after-restore hooks", t);
         Ok(handle)
     }
+
+    /// Restores sandbox `spec.id` as [`ContainerRuntime::restore`] does, but gives it no
+    /// identity and runs no hooks yet, and freezes it: a parked fork, which costs no CPU
+    /// until [`ContainerRuntime::hand_over`] (a pool of ready forks). A failed park
+    /// leaves nothing.
+    pub async fn park(
+        &self,
+        spec: SandboxSpec,
+        from: crate::SnapshotSource,
+    ) -> Result<SandboxHandle> {
+        let handle = self
+            .restore(spec, from, crate::RestoreOptions::default())
+            .await?;
+        warm_exec_path(&handle.agent()).await;
+        if let Err(e) = self.set_frozen(&handle.id, true).await {
+            let _ = self.destroy(&handle.id).await;
+            return Err(e);
+        }
+        Ok(handle)
+    }
+
+    /// Thaws a parked sandbox and applies `opts` (its identity, then the hooks), so that
+    /// it is what [`ContainerRuntime::restore`] would have made. On failure the sandbox
+    /// is left for the caller to destroy.
+    pub async fn hand_over(&self, id: &str, opts: crate::RestoreOptions) -> Result<()> {
+        let t = std::time::Instant::now();
+        self.set_frozen(id, false).await?;
+        crate::steps::done("parked fork thawed", t);
+        let t = std::time::Instant::now();
+        let agent = self.agent(id).await?;
+        crate::checkpoint::after_restore(&agent, opts).await?;
+        crate::steps::done("fork identity and after-restore hooks", t);
+        Ok(())
+    }
+
+    /// Freezes every process of a sandbox at once (the cgroup freezer), or thaws them.
+    pub async fn set_frozen(&self, id: &str, frozen: bool) -> Result<()> {
+        let id = id.to_string();
+        self.blocking(move |i| {
+            let record = lifecycle::load(&i.ctx(), &id)?;
+            i.host.cgroup_freeze(&record.names.cgroup, frozen)
+        })
+        .await
+    }
+}
+
+/// Runs one no-op command, so that the first command a parked fork is given does not pay
+/// for reading the shell through its new disk's cold page cache (≈ 25 ms for busybox).
+/// Best effort: an image without `true` just misses the warm-up.
+async fn warm_exec_path(agent: &agent_client::AgentClient) {
+    let req = proto::agent::ExecRequest {
+        command: "true".into(),
+        stdin: proto::agent::StdinMode::Null,
+        ..Default::default()
+    };
+    if let Err(e) = agent.exec_collect(req, 1 << 10).await {
+        tracing::debug!(error = %e, "warming a parked fork's exec path failed");
+    }
 }
 
 /// What takes a sandbox back when its agent never answers.

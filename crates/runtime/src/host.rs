@@ -102,6 +102,9 @@ pub trait Host: CheckpointHost + Send + Sync {
     fn cgroup_remove(&self, cgroup: &str) -> Result<()>;
     /// Reads memory and pids usage of a cgroup.
     fn cgroup_usage(&self, cgroup: &str) -> Result<Usage>;
+    /// Freezes every process of a cgroup (returns once they are all frozen) or thaws
+    /// them. Thawing a cgroup that does not exist succeeds.
+    fn cgroup_freeze(&self, cgroup: &str, frozen: bool) -> Result<()>;
     /// Whether network namespace `name` exists.
     fn netns_exists(&self, name: &str) -> bool;
 }

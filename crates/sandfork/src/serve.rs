@@ -36,6 +36,13 @@ pub struct ServeArgs {
     /// written (default true; starts the kernel's ksmd).
     #[arg(long, value_name = "BOOL")]
     pub memory_merge: Option<bool>,
+    /// Ready forks kept per hot memory snapshot, restored ahead of demand (default 2;
+    /// 0 = no pool).
+    #[arg(long)]
+    pub pool_size: Option<u32>,
+    /// Memory the pool's ready forks may hold together, in MiB (default 2048).
+    #[arg(long)]
+    pub pool_memory_mb: Option<u64>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -54,6 +61,8 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.default_image = a.default_image.unwrap_or(c.default_image);
     c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
     c.memory_merge = a.memory_merge.unwrap_or(c.memory_merge);
+    c.pool_size = a.pool_size.unwrap_or(c.pool_size);
+    c.pool_memory_mb = a.pool_memory_mb.unwrap_or(c.pool_memory_mb);
     c.validate()?;
     Ok(c)
 }

@@ -273,6 +273,26 @@ pub trait Backend: Send + Sync + 'static {
     async fn restore(&self, _spec: &BootSpec, _from: RestoreFrom) -> BackendResult<Booted> {
         Err(no_snapshots())
     }
+    /// Restores a sandbox from a snapshot as [`Backend::restore`] does, but with no
+    /// identity or hooks yet, and freezes it (a parked fork, for the pool of ready forks).
+    /// On error nothing of it is left behind.
+    async fn park(&self, _spec: &BootSpec, _from: RestoreFrom) -> BackendResult<Booted> {
+        Err(BackendError::Unsupported(
+            "This backend cannot keep a pool of ready forks".into(),
+        ))
+    }
+    /// Thaws a parked sandbox and gives it `identity`, then runs `hooks`: what a restore
+    /// does after CRIU. On error the sandbox is left for the caller to destroy.
+    async fn hand_over(
+        &self,
+        _id: &str,
+        _identity: proto::agent::Identity,
+        _hooks: Vec<proto::agent::ExecRequest>,
+    ) -> BackendResult<()> {
+        Err(BackendError::Unsupported(
+            "This backend cannot keep a pool of ready forks".into(),
+        ))
+    }
     /// Keeps a sealed layer (and its chain) alive under `name`.
     async fn pin_layer(&self, _name: &str, _layer: &str) -> BackendResult<()> {
         Err(no_snapshots())

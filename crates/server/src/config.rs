@@ -94,6 +94,15 @@ pub struct Config {
     /// snapshot then share what none of them has written. Starts `ksmd` if it is stopped.
     /// docs/checkpoints.md, memory sharing.
     pub memory_merge: bool,
+    /// Ready forks kept per hot memory snapshot (one restored or forked from lately):
+    /// restored ahead of demand and frozen, handed over with their own identity; 0 = no
+    /// pool. docs/checkpoints.md, the pool of ready forks.
+    pub pool_size: u32,
+    /// Memory, in MiB, the pool's forks may hold together (each is charged its
+    /// snapshot's size).
+    pub pool_memory_mb: u64,
+    /// A snapshot's ready forks go once it has not been used for this long, in seconds.
+    pub pool_idle_secs: u64,
 }
 
 impl Default for Config {
@@ -125,6 +134,9 @@ impl Default for Config {
             max_exec_output_bytes: 64 << 20,
             disk_flush: disk::fuse::FlushMode::default(),
             memory_merge: true,
+            pool_size: 2,
+            pool_memory_mb: 2048,
+            pool_idle_secs: 300,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use model::State;
 
 use crate::backend::HostMerge;
+use crate::manager::PoolGauge;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -75,6 +76,12 @@ pub struct Metrics {
     pub pressure_suspends: Counter,
     /// Requests refused by admission after waiting for room.
     pub admission_refusals: Counter,
+    /// Children handed over from the pool of ready forks.
+    pub pool_hits: Counter,
+    /// Children of poolable snapshots restored because the pool had none ready.
+    pub pool_misses: Counter,
+    /// Ready forks removed unused (idle, budget, room for a request, snapshot deleted).
+    pub pool_evictions: Counter,
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -118,12 +125,33 @@ impl Metrics {
 
     /// Renders everything; `states` is the current count of sandboxes per state, `merge`
     /// what page merging has done (when it is on).
-    pub fn render(&self, states: &BTreeMap<State, u64>, merge: Option<HostMerge>) -> String {
+    pub fn render(
+        &self,
+        states: &BTreeMap<State, u64>,
+        merge: Option<HostMerge>,
+        pool: PoolGauge,
+    ) -> String {
         let mut out = String::new();
         render_states(&mut out, states);
         if let Some(m) = merge {
             render_merge(&mut out, m);
         }
+        render_pool(&mut out, pool);
+        self.pool_hits.render(
+            &mut out,
+            "sandfork_pool_hits_total",
+            "Children handed over from the pool of ready forks.",
+        );
+        self.pool_misses.render(
+            &mut out,
+            "sandfork_pool_misses_total",
+            "Children of hot memory snapshots restored because no ready fork was left.",
+        );
+        self.pool_evictions.render(
+            &mut out,
+            "sandfork_pool_evictions_total",
+            "Ready forks removed unused.",
+        );
         self.create.render(
             &mut out,
             "sandfork_create_seconds",
@@ -161,6 +189,32 @@ impl Metrics {
             }
         }
         out
+    }
+}
+
+fn render_pool(out: &mut String, p: PoolGauge) {
+    let gauges = [
+        (
+            "sandfork_pool_forks",
+            "Ready forks parked in the pool.",
+            p.forks,
+        ),
+        (
+            "sandfork_pool_memory_bytes",
+            "What the pool's ready forks are charged against its memory budget.",
+            p.memory_bytes,
+        ),
+        (
+            "sandfork_pool_snapshots",
+            "Snapshots with ready forks in the pool.",
+            p.snapshots,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
     }
 }
 
@@ -213,7 +267,7 @@ mod tests {
         let m = Metrics::default();
         m.exec.observe(Duration::from_millis(7));
         m.exec.observe(Duration::from_secs(3));
-        let text = m.render(&BTreeMap::new(), None);
+        let text = m.render(&BTreeMap::new(), None, PoolGauge::default());
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.005\"} 0"));
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"0.01\"} 1"));
         assert!(text.contains("sandfork_exec_seconds_bucket{le=\"5\"} 2"));
@@ -226,7 +280,7 @@ mod tests {
         m.error("not_found");
         m.error("not_found");
         let states = BTreeMap::from([(State::Running, 3)]);
-        let text = m.render(&states, None);
+        let text = m.render(&states, None, PoolGauge::default());
         assert!(text.contains("sandfork_errors_total{kind=\"not_found\"} 2"));
         assert!(text.contains("sandfork_sandboxes{state=\"running\"} 3"));
         assert!(text.contains("sandfork_sandboxes{state=\"failed\"} 0"));
@@ -240,11 +294,11 @@ mod tests {
             cpu_ms: 1500,
             full_scans: 3,
         };
-        let text = m.render(&BTreeMap::new(), Some(merge));
+        let text = m.render(&BTreeMap::new(), Some(merge), PoolGauge::default());
         assert!(text.contains("sandfork_memory_merge_saved_bytes 40960\n"));
         assert!(text.contains("sandfork_memory_merge_cpu_seconds_total 1.5\n"));
         assert!(text.contains("sandfork_memory_merge_full_scans_total 3\n"));
-        let off = m.render(&BTreeMap::new(), None);
+        let off = m.render(&BTreeMap::new(), None, PoolGauge::default());
         assert!(!off.contains("memory_merge"));
     }
 }

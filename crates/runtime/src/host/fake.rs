@@ -143,6 +143,14 @@ impl Host for FakeHost {
         self.call("cgroup_usage", cgroup)?;
         Ok(Usage::default())
     }
+    fn cgroup_freeze(&self, cgroup: &str, frozen: bool) -> Result<()> {
+        let op = if frozen {
+            "cgroup_freeze"
+        } else {
+            "cgroup_thaw"
+        };
+        self.call(op, cgroup)
+    }
     fn netns_exists(&self, name: &str) -> bool {
         self.call("netns_exists", name).is_ok()
     }

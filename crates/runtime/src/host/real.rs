@@ -334,9 +334,59 @@ impl Host for RealHost {
         })
     }
 
+    fn cgroup_freeze(&self, cgroup: &str, frozen: bool) -> Result<()> {
+        let (file, value, done) = freezer(cgroup, frozen);
+        match std::fs::write(&file, value) {
+            Err(e) if !frozen && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            r => r.map_err(|e| Error::io(&file, e))?,
+        }
+        // Freezing takes effect once every task has stopped; a thaw needs no wait.
+        let deadline = std::time::Instant::now() + FREEZE_TIMEOUT;
+        while frozen && !done() {
+            if std::time::Instant::now() >= deadline {
+                let _ = std::fs::write(&file, freezer(cgroup, false).1);
+                return Err(Error::Command {
+                    command: format!("freeze {cgroup}"),
+                    detail: format!("not frozen within {FREEZE_TIMEOUT:?}"),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        Ok(())
+    }
+
     fn netns_exists(&self, name: &str) -> bool {
         netns::path(name).exists()
     }
+}
+
+/// How long a freeze may take before it is given up (and undone).
+const FREEZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The freezer file of a cgroup (v2 `cgroup.freeze`, v1 `freezer.state`), the value that
+/// asks for `frozen`, and a check that the whole cgroup has got there.
+fn freezer(cgroup: &str, frozen: bool) -> (PathBuf, &'static str, impl Fn() -> bool) {
+    let rel = cgroup.trim_start_matches('/');
+    let root = Path::new(CGROUP_ROOT);
+    let v2 = root.join("cgroup.controllers").exists();
+    let (file, value, state) = if v2 {
+        let dir = root.join(rel);
+        let value = if frozen { "1" } else { "0" };
+        (dir.join("cgroup.freeze"), value, dir.join("cgroup.events"))
+    } else {
+        let file = root.join("freezer").join(rel).join("freezer.state");
+        let value = if frozen { "FROZEN" } else { "THAWED" };
+        (file.clone(), value, file)
+    };
+    let done = move || {
+        let text = std::fs::read_to_string(&state).unwrap_or_default();
+        if v2 {
+            text.lines().any(|l| l == "frozen 1")
+        } else {
+            text.trim() == "FROZEN"
+        }
+    };
+    (file, value, done)
 }
 
 fn read_u64(path: &Path) -> Result<u64> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::admission::{Refusal, Want, BASELINE_NEED_MB};
-use super::{lock, now_rfc3339, Entry, Manager};
+use super::{lock, now_rfc3339, Entry, Manager, Registry};
 use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec};
 use crate::error::{Error, Result};
 use crate::store::SandboxRow;
@@ -201,12 +201,40 @@ fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Res
     Ok(())
 }
 
+/// Refuses a row whose name a live sandbox has.
+fn check_name_free(reg: &Registry, row: &SandboxRow) -> Result<()> {
+    let Some(name) = &row.view.name else {
+        return Ok(());
+    };
+    let taken = reg.entries.values().any(|e| {
+        let r = lock(&e.row);
+        r.view.state.is_live() && r.view.name.as_ref() == Some(name)
+    });
+    if taken {
+        return Err(Error::Conflict(format!(
+            "A sandbox named {name} already exists"
+        )));
+    }
+    Ok(())
+}
+
 impl Manager {
+    /// Registers the entry of a fork the pool hands over (its admission room is held
+    /// already), atomically with the name check.
+    pub(super) fn register_parked(&self, row: &SandboxRow) -> Result<Arc<Entry>> {
+        let mut reg = self.registry_mut();
+        check_name_free(&reg, row)?;
+        let entry = Entry::new(row.clone());
+        reg.entries.insert(entry.view().id, entry.clone());
+        Ok(entry)
+    }
+
     /// Creates and boots a sandbox. Refused at once (429) over the admission caps; a
     /// failed boot leaves a `failed` record and no host resources.
     pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox> {
         self.check_open()?;
         validate(&req)?;
+        let _busy = super::pool::Busy::new(&self.busy);
         if req.snapshot_id.is_some() {
             return self.create_from_snapshot(req).await;
         }
@@ -253,6 +281,10 @@ impl Manager {
                     refusal.message()
                 )));
             }
+            // Ready forks in the pool give their room to a request first.
+            if !matches!(refusal, Refusal::Disk(_)) && self.pool_evict(None).await > 0 {
+                continue;
+            }
             if matches!(refusal, Refusal::Memory(_)) && !relieved {
                 relieved = true;
                 self.relieve_pressure(want.need_mb).await;
@@ -271,17 +303,7 @@ impl Manager {
     ) -> Result<std::result::Result<Arc<Entry>, Refusal>> {
         let (host, disk) = (self.backend.host_memory(), self.backend.host_disk());
         let mut reg = self.registry_mut();
-        if let Some(name) = &row.view.name {
-            let taken = reg.entries.values().any(|e| {
-                let r = lock(&e.row);
-                r.view.state.is_live() && r.view.name.as_ref() == Some(name)
-            });
-            if taken {
-                return Err(Error::Conflict(format!(
-                    "A sandbox named {name} already exists"
-                )));
-            }
-        }
+        check_name_free(&reg, row)?;
         check_disk_fits(
             row.boot.disk_mb,
             disk,

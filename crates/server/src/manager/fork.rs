@@ -15,8 +15,8 @@ use api_types::{
 };
 use model::{plan, Op, SnapshotType, State};
 
-use crate::backend::NetworkSpec;
-use crate::backend::RestoreFrom;
+use super::pool::Parked;
+use crate::backend::{Booted, NetworkSpec, RestoreFrom};
 use crate::error::{Error, Result};
 use crate::snapshots::SnapshotRecord;
 use crate::store::SandboxRow;
@@ -167,6 +167,10 @@ impl Manager {
     /// Starts one sandbox from a snapshot; a failure leaves a `failed` record.
     pub(super) async fn start_child(&self, rec: &SnapshotRecord, c: Child) -> Result<Sandbox> {
         self.check_open()?;
+        let _busy = super::pool::Busy::new(&self.busy);
+        if let Some(parked) = self.pool_take(rec, &c) {
+            return self.take_parked(rec, c, parked).await;
+        }
         let row = child_row(rec, &c)?;
         // A warm restore maps its snapshot's memory images; a cold boot starts small.
         let need_mb = if rec.memory_dir.is_some() {
@@ -175,7 +179,28 @@ impl Manager {
             BASELINE_NEED_MB
         };
         let entry = self.admit(row, need_mb).await?;
-        self.restore_entry(&entry, rec, c).await
+        self.restore_entry(&entry, rec, c, None).await
+    }
+
+    /// Starts child `c` from a ready fork of the pool: the fork becomes the child.
+    async fn take_parked(&self, rec: &SnapshotRecord, c: Child, p: Parked) -> Result<Sandbox> {
+        let mut row = match child_row(rec, &c) {
+            Ok(row) => row,
+            Err(e) => {
+                self.discard(p).await;
+                return Err(e);
+            }
+        };
+        row.view.id.clone_from(&p.id);
+        row.boot.id.clone_from(&p.id);
+        let entry = match self.register_parked(&row) {
+            Ok(entry) => entry,
+            Err(e) => {
+                self.discard(p).await;
+                return Err(e);
+            }
+        };
+        self.restore_entry(&entry, rec, c, Some(p)).await
     }
 
     /// Draws a fork child's seed and records the child; returns the seed.
@@ -185,11 +210,13 @@ impl Manager {
         Ok(seed)
     }
 
+    /// Restores a registered child, or hands over the parked fork it was given.
     async fn restore_entry(
         &self,
         entry: &Arc<Entry>,
         rec: &SnapshotRecord,
         c: Child,
+        parked: Option<Parked>,
     ) -> Result<Sandbox> {
         let _op = entry.op.lock().await;
         let row = entry.row();
@@ -203,26 +230,39 @@ impl Manager {
             Ok(seed) => seed,
             Err(e) => {
                 self.registry_mut().entries.remove(&id);
+                if let Some(p) = parked {
+                    self.discard(p).await;
+                }
                 self.registry_mut().admission.release(&id);
                 return Err(e);
             }
         };
-        let from = RestoreFrom {
-            layer_id: rec.layer_id.clone(),
-            memory_dir: rec.memory_dir.clone(),
-            identity: Some(proto::agent::Identity {
-                sandbox_id: id.clone(),
-                fork_index: c.index,
-                seed: seed.to_vec(),
-                parent_snapshot_id: Some(rec.view.id.clone()),
-                // New processes of the restored sandbox see both; only the agent keeps the
-                // secrets (in memory), no record does.
-                env: c.env.into_iter().chain(c.secrets).collect(),
-            }),
-            hooks: rec.hooks.clone(),
+        let identity = proto::agent::Identity {
+            sandbox_id: id.clone(),
+            fork_index: c.index,
+            seed: seed.to_vec(),
+            parent_snapshot_id: Some(rec.view.id.clone()),
+            // New processes of the restored sandbox see both; only the agent keeps the
+            // secrets (in memory), no record does.
+            env: c.env.into_iter().chain(c.secrets).collect(),
         };
         let started = std::time::Instant::now();
-        let result = self.backend.restore(&row.boot, from).await;
+        let result = match parked {
+            Some(p) => self
+                .backend
+                .hand_over(&id, identity, rec.hooks.clone())
+                .await
+                .map(|()| Booted { address: p.address }),
+            None => {
+                let from = RestoreFrom {
+                    layer_id: rec.layer_id.clone(),
+                    memory_dir: rec.memory_dir.clone(),
+                    identity: Some(identity),
+                    hooks: rec.hooks.clone(),
+                };
+                self.backend.restore(&row.boot, from).await
+            }
+        };
         self.metrics.restore.observe(started.elapsed());
         match result {
             Ok(booted) => {

@@ -10,6 +10,7 @@ mod create;
 mod data;
 mod fork;
 mod images;
+mod pool;
 mod pressure;
 mod reaper;
 mod recover;
@@ -37,6 +38,7 @@ use model::{plan, Op, State};
 
 pub use admission::{Admission, Policy};
 pub use images::{validate_build, BUILDERS};
+pub use pool::PoolGauge;
 pub use reaper::{idle_action, IdleAction};
 pub use snapshots::CheckpointArgs;
 
@@ -116,6 +118,10 @@ pub struct Manager {
     shared_builds: Mutex<HashMap<String, Arc<images::SharedBuild>>>,
     /// Woken whenever a sandbox stops holding resources (requests wait on it for room).
     released: tokio::sync::Notify,
+    /// Ready forks of hot memory snapshots.
+    pool: pool::Pool,
+    /// Creates and restores in flight (pool refills wait for none).
+    busy: std::sync::atomic::AtomicUsize,
     me: Weak<Manager>,
 }
 
@@ -143,6 +149,8 @@ impl Manager {
             image_builds: tokio::sync::Mutex::new(()),
             shared_builds: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
+            pool: pool::Pool::default(),
+            busy: std::sync::atomic::AtomicUsize::new(0),
             me: me.clone(),
         });
         manager.recover().await?;
@@ -302,6 +310,8 @@ impl Manager {
     /// operations in flight. Running sandboxes stay running for the next daemon to adopt.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        // Parked forks are not recorded: nothing would adopt them.
+        self.pool_evict(None).await;
         let entries: Vec<Arc<Entry>> = self.registry().entries.values().cloned().collect();
         let grace = Duration::from_secs(self.config.shutdown_grace_secs);
         let wait_all = async {

@@ -70,6 +70,7 @@ impl Manager {
     /// Acts on every sandbox whose idle timeout passed.
     pub async fn reap_once(&self) {
         self.prune_terminated();
+        self.pool_expire().await;
         let due: Vec<Sandbox> = self
             .registry()
             .entries

@@ -153,6 +153,7 @@ impl Manager {
     /// Removes a snapshot's row, then its pin and files.
     pub(super) async fn remove_snapshot(&self, rec: &SnapshotRecord) -> Result<()> {
         self.store.delete_snapshot(rec.view.id.clone()).await?;
+        self.pool_evict(Some(&rec.view.id)).await;
         if let Err(e) = self.backend.unpin_layer(&rec.pin()).await {
             tracing::warn!(snapshot = %rec.view.id, error = %e, "unpin failed");
         }

@@ -453,6 +453,27 @@ impl Backend for RuncBackend {
         self.restore_sandbox(spec, from).await
     }
 
+    async fn park(
+        &self,
+        spec: &BootSpec,
+        from: crate::backend::RestoreFrom,
+    ) -> BackendResult<Booted> {
+        self.park_sandbox(spec, from).await
+    }
+
+    async fn hand_over(
+        &self,
+        id: &str,
+        identity: proto::agent::Identity,
+        hooks: Vec<proto::agent::ExecRequest>,
+    ) -> BackendResult<()> {
+        let opts = runtime::RestoreOptions {
+            identity: Some(identity),
+            hooks,
+        };
+        self.runtime.hand_over(id, opts).await.map_err(host_err)
+    }
+
     async fn pin_layer(&self, name: &str, layer: &str) -> BackendResult<()> {
         self.pin(name, layer).await
     }

@@ -88,6 +88,24 @@ impl RuncBackend {
         Ok(booted(&h))
     }
 
+    pub(super) async fn park_sandbox(
+        &self,
+        spec: &BootSpec,
+        from: RestoreFrom,
+    ) -> BackendResult<Booted> {
+        let source = SnapshotSource {
+            layer: from.layer_id,
+            memory_dir: from.memory_dir,
+        };
+        let h = self
+            .runtime
+            .park(self.spec(spec), source)
+            .await
+            .map_err(host_err)?;
+        self.remember(&h);
+        Ok(booted(&h))
+    }
+
     fn store(&self) -> blockstore::Store {
         self.images.store().clone()
     }
