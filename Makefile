@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool
 
 setup:
 	@scripts/setup
@@ -64,6 +64,13 @@ bench-memory: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/memory.py | tee $$out && \
 	  python3 bench/report.py "memory" "make bench-memory" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# Forks from the pool of ready forks, with and without a pool (same run). Starts its own daemons.
+bench-pool: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/pool.py | tee $$out && \
+	  python3 bench/report.py "pool" "make bench-pool" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 # The examples' warm states (browser, PostgreSQL, ML worker) next to podman + CRIU.

@@ -268,6 +268,10 @@ impl Manager {
                 Err(refusal) => refusal,
             };
             self.check_open()?;
+            // Ready forks in the pool give their room to a request first.
+            if !matches!(refusal, Refusal::Disk(_)) && self.pool_evict(None).await > 0 {
+                continue;
+            }
             let now = Instant::now();
             if now >= deadline {
                 let waited = if wait.is_zero() {
@@ -280,10 +284,6 @@ impl Manager {
                     "{}{waited}",
                     refusal.message()
                 )));
-            }
-            // Ready forks in the pool give their room to a request first.
-            if !matches!(refusal, Refusal::Disk(_)) && self.pool_evict(None).await > 0 {
-                continue;
             }
             if matches!(refusal, Refusal::Memory(_)) && !relieved {
                 relieved = true;

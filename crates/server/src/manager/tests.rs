@@ -41,6 +41,10 @@ struct Fake {
     host: Mutex<Option<HostMemory>>,
     builds: AtomicUsize,
     build_delay_ms: u64,
+    restored: Mutex<Vec<String>>,
+    parked: Mutex<Vec<String>>,
+    /// Forks handed over: (id, the identity given).
+    handed: Mutex<Vec<(String, proto::agent::Identity)>>,
 }
 
 fn unsupported<T>() -> BackendResult<T> {
@@ -181,6 +185,30 @@ impl Backend for Fake {
     ) -> BackendResult<crate::backend::Checkpointed> {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
         Err(BackendError::Host("CRIU refused".into()))
+    }
+    async fn restore(&self, spec: &BootSpec, _: RestoreFrom) -> BackendResult<Booted> {
+        self.live.lock().unwrap().insert(spec.id.clone());
+        self.restored.lock().unwrap().push(spec.id.clone());
+        Ok(Booted::default())
+    }
+    async fn park(&self, spec: &BootSpec, from: RestoreFrom) -> BackendResult<Booted> {
+        assert!(
+            from.identity.is_none() && from.hooks.is_empty(),
+            "parked bare"
+        );
+        self.live.lock().unwrap().insert(spec.id.clone());
+        self.parked.lock().unwrap().push(spec.id.clone());
+        Ok(Booted::default())
+    }
+    async fn hand_over(
+        &self,
+        id: &str,
+        identity: proto::agent::Identity,
+        _: Vec<ExecRequest>,
+    ) -> BackendResult<()> {
+        assert!(self.live.lock().unwrap().contains(id), "{id} is parked");
+        self.handed.lock().unwrap().push((id.to_string(), identity));
+        Ok(())
     }
     async fn remove_image(&self, name: &str) -> BackendResult<()> {
         self.removed_images.lock().unwrap().push(name.to_string());
@@ -925,5 +953,175 @@ async fn labels_follow_the_same_rules_at_create_update_fork_and_checkpoint() {
         m.get(&sb.id).unwrap().state,
         State::Running,
         "a refused request changed nothing"
+    );
+}
+
+/// A memory snapshot record of `size_mb` in the store (a fork source for the pool).
+async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
+    use crate::snapshots::SnapshotRecord;
+    use api_types::Snapshot;
+    let dir = s.config.data_dir.join("snapshots").join(id).join("memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let boot = BootSpec {
+        id: "sb-source".into(),
+        image: ImageSpec {
+            name: "busybox".into(),
+            layer_id: "base".into(),
+        },
+        cpus: 1.0,
+        memory_mb: 64,
+        disk_mb: 0,
+        env: Default::default(),
+        secrets: Default::default(),
+        network: NetworkSpec::default(),
+    };
+    let rec = SnapshotRecord {
+        view: Snapshot {
+            id: id.into(),
+            kind: model::SnapshotType::Memory,
+            name: None,
+            source_sandbox_id: Some("sb-source".into()),
+            image: "busybox".into(),
+            size_bytes: size_mb << 20,
+            created_at: super::now_rfc3339(),
+            cpus: 1.0,
+            memory_mb: 64,
+            disk_mb: 0,
+            labels: Default::default(),
+        },
+        layer_id: "layer-m".into(),
+        memory_dir: Some(dir),
+        boot,
+        hooks: Vec::new(),
+        internal: false,
+    };
+    Store::open(&s.db).unwrap().put_snapshot(rec).await.unwrap();
+}
+
+async fn until(what: &str, ready: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 5 s");
+}
+
+fn from_snapshot(id: &str) -> CreateSandbox {
+    CreateSandbox {
+        snapshot_id: Some(id.into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn the_pool_hands_over_parked_forks_each_with_its_own_identity() {
+    let mut s = setup(10, 10_000);
+    s.config.pool_size = 2;
+    memory_snapshot(&s, "snap-pool", 100).await;
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    let first = m.create(from_snapshot("snap-pool")).await.unwrap();
+    assert_eq!(
+        *fake.restored.lock().unwrap(),
+        [first.id.clone()],
+        "a miss restores"
+    );
+    until("two forks parked", || {
+        fake.parked.lock().unwrap().len() == 2
+    })
+    .await;
+    until("the shelf is full", || m.pool_gauge().forks == 2).await;
+    assert_eq!(m.pool_gauge().memory_bytes, 200 << 20);
+    assert!(
+        m.list(&ListQuery::default()).unwrap().len() == 1,
+        "parked forks are not sandboxes of the API"
+    );
+
+    let fork = api_types::ForkRequest {
+        count: 3,
+        ..Default::default()
+    };
+    let result = m.fork_snapshot("snap-pool", fork).await.unwrap();
+    let ids: Vec<String> = result
+        .children
+        .iter()
+        .map(|c| c.sandbox.as_ref().unwrap().id.clone())
+        .collect();
+    let parked = fake.parked.lock().unwrap()[..2].to_vec();
+    let handed = fake.handed.lock().unwrap().clone();
+    assert_eq!(handed.len(), 2, "two children from the pool, one restored");
+    for (id, identity) in &handed {
+        assert!(parked.contains(id) && ids.contains(id));
+        assert_eq!(&identity.sandbox_id, id, "its own identity");
+        assert_eq!(identity.parent_snapshot_id.as_deref(), Some("snap-pool"));
+        assert_eq!(identity.seed.len(), 32);
+    }
+    assert_ne!(handed[0].1.seed, handed[1].1.seed);
+    let indexes: HashSet<u32> = handed.iter().map(|(_, i)| i.fork_index).collect();
+    assert_eq!(indexes.len(), 2);
+    for id in &ids {
+        assert_eq!(m.get(id).unwrap().state, State::Running);
+    }
+    assert_eq!(m.metrics().pool_hits.get(), 2);
+    assert_eq!(m.metrics().pool_misses.get(), 2);
+
+    until("the shelf refills", || m.pool_gauge().forks == 2).await;
+    m.delete_snapshot("snap-pool").await.unwrap();
+    assert_eq!(m.pool_gauge().forks, 0);
+    let destroyed = fake.destroyed.lock().unwrap().clone();
+    let refilled = &fake.parked.lock().unwrap()[2..];
+    assert!(
+        refilled.iter().all(|id| destroyed.contains(id)),
+        "deleting the snapshot removes its parked forks"
+    );
+}
+
+#[tokio::test]
+async fn the_pool_keeps_to_its_budget_and_gives_its_room_to_requests() {
+    let mut s = setup(3, 10_000);
+    s.config.pool_size = 4;
+    s.config.pool_memory_mb = 250;
+    memory_snapshot(&s, "snap-budget", 100).await;
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    m.create(from_snapshot("snap-budget")).await.unwrap();
+    until("two forks parked", || m.pool_gauge().forks == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        m.pool_gauge().forks,
+        2,
+        "a third would pass the 250 MiB budget"
+    );
+    // Three sandboxes at most: one runs, two are parked. A new request takes their room.
+    let sb = m.create(req(64)).await.unwrap();
+    assert_eq!(sb.state, State::Running);
+    assert_eq!(m.pool_gauge().forks, 0);
+    assert_eq!(m.metrics().pool_evictions.get(), 2);
+}
+
+#[tokio::test]
+async fn an_idle_shelf_is_emptied_and_shutdown_leaves_no_parked_fork() {
+    let mut s = setup(10, 10_000);
+    s.config.pool_size = 1;
+    s.config.pool_idle_secs = 1;
+    memory_snapshot(&s, "snap-idle", 10).await;
+    memory_snapshot(&s, "snap-kept", 10).await;
+    let fake = Arc::new(Fake::default());
+    let m = manager(&s, fake.clone()).await;
+    m.create(from_snapshot("snap-idle")).await.unwrap();
+    until("one fork parked", || m.pool_gauge().forks == 1).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    until("the idle shelf is emptied", || m.pool_gauge().forks == 0).await;
+    m.create(from_snapshot("snap-kept")).await.unwrap();
+    until("one fork parked", || m.pool_gauge().forks == 1).await;
+    m.shutdown().await;
+    assert_eq!(m.pool_gauge().forks, 0);
+    let parked = fake.parked.lock().unwrap().clone();
+    let live = fake.live.lock().unwrap().clone();
+    assert!(
+        parked.iter().all(|id| !live.contains(id)),
+        "no parked fork outlives the daemon"
     );
 }
