@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Iterable, List, Set
 
 import pytest
 
@@ -46,15 +46,22 @@ def sh(sb: Sandbox, script: str) -> str:
     return r.stdout.strip()
 
 
-def parked_cgroups(known: List[str]) -> List[str]:
-    """Sandbox cgroups on the host that belong to no sandbox the test knows of."""
-    found = set()
-    for root in Path("/sys/fs/cgroup").glob("*/sandfork"):
-        found |= {p.name for p in root.iterdir() if p.is_dir()}
-    return sorted(found - set(known))
+def sandbox_cgroups() -> Set[str]:
+    found: Set[str] = set()
+    for root in [Path("/sys/fs/cgroup/sandfork"), *Path("/sys/fs/cgroup").glob("*/sandfork")]:
+        if root.is_dir():
+            found |= {p.name for p in root.iterdir() if p.is_dir()}
+    return found
+
+
+def parked_cgroups(known: Iterable[str], before: Set[str]) -> List[str]:
+    """Sandbox cgroups on the host that belong to no sandbox the test knows of (nor to
+    anything that was there before it)."""
+    return sorted(sandbox_cgroups() - set(known) - before)
 
 
 def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
+    before = sandbox_cgroups()
     source = Sandbox.create(image="busybox", memory_mb=256)
     snapshot = None
     children: List[Sandbox] = []
@@ -63,12 +70,12 @@ def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
         eventually("the ticker runs", lambda: source.run("test", ["-s", "/tmp/ticks"]).exit_code == 0)
         snapshot = source.checkpoint(checkpoint_type=CheckpointType.MEMORY, hooks=[HOOK])
         at_checkpoint = int(sh(source, "cat /tmp/ticks"))
-        before = metrics(daemon)
+        hits = metrics(daemon)["sandfork_pool_hits_total"]
         # The first child makes the snapshot hot; the pool then fills behind it.
         children.append(Sandbox.create(snapshot_id=snapshot.id))
         eventually("two forks are parked", lambda: metrics(daemon)["sandfork_pool_forks"] >= 2)
         known = [source.id, children[0].id]
-        parked = parked_cgroups(known)
+        parked = parked_cgroups(known, before)
         assert len(parked) >= 2, parked
         # Parked for 5 s: a fork that ran meanwhile would have ticked 25 times more.
         time.sleep(5)
@@ -81,7 +88,7 @@ def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
             handed_over = int(sh(child, "cat /tmp/ticks"))
             assert handed_over <= at_checkpoint + 12, f"{child.id} ran while parked ({handed_over} ticks)"
         after = metrics(daemon)
-        assert after["sandfork_pool_hits_total"] - before["sandfork_pool_hits_total"] >= 2, (before, after)
+        assert after["sandfork_pool_hits_total"] - hits >= 2, after
         assert {c.id for c in pooled} <= set(parked), "both children came from the pool"
 
         for i, child in enumerate(pooled):
@@ -89,7 +96,7 @@ def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
             assert sh(child, "echo $SANDFORK_FORK_INDEX") == str(i)
             assert sh(child, "echo $ROLE") == ("first" if i == 0 else "worker")
             assert sh(child, "hostname") == child.id
-            assert f"SANDFORK_SANDBOX_ID={child.id}" in sh(child, "cat /run/sandfork/fork")
+            assert f"SANDFORK_SANDBOX_ID={child.id}" in sh(child, "cat /etc/sandfork/fork")
             # The hook ran once, in this child, with this child's identity.
             assert sh(child, "cat /tmp/hooked") == child.id
             # The parent's ticker was restored and runs again, from where the snapshot had it.
@@ -101,12 +108,12 @@ def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
         assert source.run("test", ["-e", "/tmp/only-first"]).exit_code != 0
 
         eventually("the pool refills", lambda: metrics(daemon)["sandfork_pool_forks"] >= 2)
-        refilled = parked_cgroups([source.id, *(c.id for c in children)])
+        refilled = parked_cgroups([source.id, *(c.id for c in children)], before)
         assert refilled, "refilled forks are on the host"
         snapshot.delete()
         snapshot = None
         eventually("deleting the snapshot empties its shelf", lambda: metrics(daemon)["sandfork_pool_forks"] == 0, 30)
-        assert parked_cgroups([source.id, *(c.id for c in children)]) == []
+        assert parked_cgroups([source.id, *(c.id for c in children)], before) == []
     finally:
         for sb in [*children, source]:
             sb.terminate()

@@ -310,10 +310,9 @@ impl Manager {
     /// operations in flight. Running sandboxes stay running for the next daemon to adopt.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        // Parked forks are not recorded: nothing would adopt them.
-        self.pool_evict(None).await;
-        let entries: Vec<Arc<Entry>> = self.registry().entries.values().cloned().collect();
         let grace = Duration::from_secs(self.config.shutdown_grace_secs);
+        self.pool_close(grace).await;
+        let entries: Vec<Arc<Entry>> = self.registry().entries.values().cloned().collect();
         let wait_all = async {
             for e in entries {
                 let _ = e.op.lock().await;

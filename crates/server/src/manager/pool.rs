@@ -48,6 +48,9 @@ struct Shelf {
 #[derive(Debug, Default)]
 pub(super) struct Pool {
     shelves: std::sync::Mutex<HashMap<String, Shelf>>,
+    /// Refill tasks running (shutdown waits for them: a fork parked mid-shutdown would
+    /// outlive the daemon).
+    fills: std::sync::atomic::AtomicUsize,
 }
 
 /// What the pool holds now (for metrics).
@@ -133,11 +136,13 @@ impl Manager {
             return;
         };
         let rec = rec.clone();
+        self.pool.fills.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             me.pool_fill(&rec).await;
             if let Some(shelf) = lock(&me.pool.shelves).get_mut(&rec.view.id) {
                 shelf.filling = false;
             }
+            me.pool.fills.fetch_sub(1, Ordering::SeqCst);
         });
     }
 
@@ -148,6 +153,9 @@ impl Manager {
                 return;
             }
             self.wait_quiet().await;
+            if self.shutting_down.load(Ordering::SeqCst) {
+                return;
+            }
             let parked = match self.park_one(rec).await {
                 Ok(p) => p,
                 Err(e) => {
@@ -286,6 +294,16 @@ impl Manager {
             self.discard(p).await;
         }
         n
+    }
+
+    /// On shutdown: waits (up to `grace`) for refills in flight, then destroys every
+    /// parked fork. Parked forks are not recorded: nothing would adopt them.
+    pub(super) async fn pool_close(&self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while self.pool.fills.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.pool_evict(None).await;
     }
 
     /// Empties the shelves unused for `pool_idle_secs` (the reaper calls it).
