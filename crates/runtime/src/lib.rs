@@ -15,6 +15,7 @@ pub mod ksm;
 pub mod layout;
 pub mod lifecycle;
 pub mod liveness;
+pub mod memory_images;
 pub mod net;
 pub mod oci;
 mod seccomp;

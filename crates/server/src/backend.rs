@@ -293,6 +293,25 @@ pub trait Backend: Send + Sync + 'static {
             "This backend cannot keep a pool of ready forks".into(),
         ))
     }
+    /// Makes the memory images in `dir` read every page they share with the images in
+    /// `parent` from there (see `runtime::memory_images`); returns the bytes saved. An
+    /// error leaves `dir` unusable: the caller discards it.
+    async fn share_memory(
+        &self,
+        _dir: &std::path::Path,
+        _parent: &std::path::Path,
+    ) -> BackendResult<u64> {
+        Ok(0)
+    }
+    /// Copies the memory images of `dir` into the empty directory `out`, self-contained
+    /// (pages read from parents copied in): what an export carries.
+    async fn flatten_memory(
+        &self,
+        _dir: &std::path::Path,
+        _out: &std::path::Path,
+    ) -> BackendResult<()> {
+        Err(no_snapshots())
+    }
     /// Keeps a sealed layer (and its chain) alive under `name`.
     async fn pin_layer(&self, _name: &str, _layer: &str) -> BackendResult<()> {
         Err(no_snapshots())

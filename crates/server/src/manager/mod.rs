@@ -10,6 +10,7 @@ mod create;
 mod data;
 mod fork;
 mod images;
+mod lineage;
 mod pool;
 mod pressure;
 mod reaper;
@@ -120,6 +121,8 @@ pub struct Manager {
     released: tokio::sync::Notify,
     /// Ready forks of hot memory snapshots.
     pool: pool::Pool,
+    /// Orders memory images sharing pages with a parent against removing directories.
+    lineage: tokio::sync::Mutex<()>,
     /// Creates and restores in flight (pool refills wait for none).
     busy: std::sync::atomic::AtomicUsize,
     me: Weak<Manager>,
@@ -150,6 +153,7 @@ impl Manager {
             shared_builds: Mutex::new(HashMap::new()),
             released: tokio::sync::Notify::new(),
             pool: pool::Pool::default(),
+            lineage: tokio::sync::Mutex::new(()),
             busy: std::sync::atomic::AtomicUsize::new(0),
             me: me.clone(),
         });

@@ -83,6 +83,10 @@ impl Manager {
                 .checkpoint(&row.view.id, args.kind, memory_dir.clone())
                 .await?;
             self.backend.pin_layer(&pin, &cp.layer_id).await?;
+            let saved = match &cp.memory_dir {
+                Some(mem) => self.share_with_parent(&row, snap_id, mem).await?,
+                None => 0,
+            };
             let rec = SnapshotRecord {
                 view: Snapshot {
                     id: snap_id.to_string(),
@@ -90,7 +94,7 @@ impl Manager {
                     name: args.name,
                     source_sandbox_id: Some(row.view.id.clone()),
                     image: row.view.image.clone(),
-                    size_bytes: cp.size_bytes,
+                    size_bytes: cp.size_bytes.saturating_sub(saved),
                     created_at: now_rfc3339(),
                     cpus: row.boot.cpus,
                     memory_mb: row.boot.memory_mb,
@@ -157,32 +161,17 @@ impl Manager {
         if let Err(e) = self.backend.unpin_layer(&rec.pin()).await {
             tracing::warn!(snapshot = %rec.view.id, error = %e, "unpin failed");
         }
-        let _ = std::fs::remove_dir_all(self.snapshots_dir().join(&rec.view.id));
+        self.drop_snapshot_dir(&rec.view.id).await;
         tracing::info!(snapshot = %rec.view.id, "snapshot deleted");
         Ok(())
     }
 
-    /// Removes snapshot directories no row describes (a checkpoint interrupted by a crash).
+    /// Removes snapshot directories no row describes and no recorded snapshot reads from
+    /// (a checkpoint interrupted by a crash, or a deleted parent no longer needed).
     pub(super) async fn recover_snapshots(&self) -> Result<()> {
-        let known: std::collections::HashSet<String> = self
-            .store
-            .snapshots()
-            .await?
-            .into_iter()
-            .map(|r| r.view.id)
-            .collect();
+        self.store.snapshots().await?;
         let _ = std::fs::remove_dir_all(self.transfer_dir());
-        let Ok(entries) = std::fs::read_dir(self.snapshots_dir()) else {
-            return Ok(());
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !known.contains(&name) {
-                tracing::info!(snapshot = %name, "removing an interrupted checkpoint");
-                let _ = self.backend.unpin_layer(&pin_name(&name)).await;
-                let _ = std::fs::remove_dir_all(e.path());
-            }
-        }
+        self.sweep_snapshot_dirs().await;
         Ok(())
     }
 }

@@ -1125,3 +1125,34 @@ async fn an_idle_shelf_is_emptied_and_shutdown_leaves_no_parked_fork() {
         "no parked fork outlives the daemon"
     );
 }
+
+#[tokio::test]
+async fn snapshot_files_read_by_a_later_snapshot_outlive_its_row_and_go_with_the_last_reader() {
+    let s = setup(10, 10_000);
+    let root = s.config.data_dir.join("snapshots");
+    // a ← b (b's memory images read pages from a's); a's row is gone, b's is recorded;
+    // c was a checkpoint interrupted by a crash; d's row is gone and nothing reads it.
+    memory_snapshot(&s, "snap-b", 1).await;
+    for id in ["snap-a", "snap-c", "snap-d"] {
+        std::fs::create_dir_all(root.join(id).join("memory")).unwrap();
+    }
+    std::os::unix::fs::symlink("../../snap-a/memory", root.join("snap-b/memory/parent")).unwrap();
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let mut left: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["snap-a", "snap-b"],
+        "recovery keeps what a recorded snapshot reads"
+    );
+    m.delete_snapshot("snap-b").await.unwrap();
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "the chain goes with its last reader"
+    );
+}

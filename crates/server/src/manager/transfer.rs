@@ -68,7 +68,11 @@ impl Manager {
             (ARTIFACT.to_string(), artifact),
         ];
         if let Some(mem) = &rec.memory_dir {
-            entries.extend(memory_entries(mem)?);
+            // Pages read from parent snapshots travel too: the file stands alone.
+            let flat = work.0.join("memory");
+            std::fs::create_dir(&flat).map_err(host)?;
+            self.backend.flatten_memory(mem, &flat).await?;
+            entries.extend(memory_entries(&flat)?);
         }
         let out = self.transfer_dir().join(unique(&format!("{id}.sfs"))?);
         let out2 = out.clone();

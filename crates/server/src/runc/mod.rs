@@ -474,6 +474,22 @@ impl Backend for RuncBackend {
         self.runtime.hand_over(id, opts).await.map_err(host_err)
     }
 
+    async fn share_memory(
+        &self,
+        dir: &std::path::Path,
+        parent: &std::path::Path,
+    ) -> BackendResult<u64> {
+        snapshots::share_images(dir, parent).await
+    }
+
+    async fn flatten_memory(
+        &self,
+        dir: &std::path::Path,
+        out: &std::path::Path,
+    ) -> BackendResult<()> {
+        snapshots::flatten_images(dir, out).await
+    }
+
     async fn pin_layer(&self, name: &str, layer: &str) -> BackendResult<()> {
         self.pin(name, layer).await
     }

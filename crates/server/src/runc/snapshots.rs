@@ -170,6 +170,33 @@ impl RuncBackend {
     }
 }
 
+/// See [`crate::backend::Backend::share_memory`].
+pub(super) async fn share_images(
+    dir: &std::path::Path,
+    parent: &std::path::Path,
+) -> BackendResult<u64> {
+    let (dir, parent) = (dir.to_path_buf(), parent.to_path_buf());
+    blocking(move || {
+        runtime::memory_images::share_with_parent(&dir, &parent)
+            .map(|s| s.bytes_saved())
+            .map_err(|e| BackendError::Host(super::error_chain(&e)))
+    })
+    .await
+}
+
+/// See [`crate::backend::Backend::flatten_memory`].
+pub(super) async fn flatten_images(
+    dir: &std::path::Path,
+    out: &std::path::Path,
+) -> BackendResult<()> {
+    let (dir, out) = (dir.to_path_buf(), out.to_path_buf());
+    blocking(move || {
+        runtime::memory_images::flatten_into(&dir, &out)
+            .map_err(|e| BackendError::Host(super::error_chain(&e)))
+    })
+    .await
+}
+
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> BackendResult<T> + Send + 'static,
 ) -> BackendResult<T> {
