@@ -30,8 +30,11 @@ const PAGE: u64 = 4096;
 const PE_PARENT: u64 = 1;
 /// `pagemap_entry.flags`: the pages are in this directory's pages file.
 const PE_PRESENT: u64 = 4;
-/// Longest parent chain followed (CRIU's own incremental dumps chain the same way).
+/// Longest parent chain followed when reading pages.
 const MAX_CHAIN: usize = 64;
+/// A parent already this deep in a chain gets no children: the new snapshot is stored
+/// whole and starts a chain of its own (restores open one page map per level).
+pub const MAX_DEPTH: usize = 16;
 
 /// What went wrong reading or rewriting memory images.
 #[derive(Debug, thiserror::Error)]
@@ -232,6 +235,20 @@ pub fn parent_of(dir: &Path) -> Option<PathBuf> {
     Some(dir.join(link))
 }
 
+/// How many parents `dir` reads through (0 for a directory without a parent).
+pub fn depth(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut at = dir.to_path_buf();
+    while let Some(p) = parent_of(&at) {
+        n += 1;
+        if n > MAX_CHAIN {
+            break;
+        }
+        at = p;
+    }
+    n
+}
+
 /// Where each page of one process lives, across a chain of image directories.
 struct Pages {
     /// Page address → (pages file, offset).
@@ -307,6 +324,9 @@ impl Pages {
 /// images as they were. An I/O error may leave one process's images half rewritten: the
 /// caller then discards the snapshot.
 pub fn share_with_parent(dir: &Path, parent: &Path) -> Result<Shared> {
+    if depth(parent) >= MAX_DEPTH {
+        return Ok(Shared::default());
+    }
     // The link first: a run marked `PE_PARENT` must never be without it.
     let at = dir.join(PARENT_LINK);
     let _ = std::fs::remove_file(&at);
@@ -589,6 +609,29 @@ mod tests {
         std::fs::remove_dir_all(&a).unwrap();
         std::fs::remove_dir_all(&b).unwrap();
         assert_eq!(contents(&flat, 1), before_c);
+    }
+
+    #[test]
+    fn a_chain_stops_growing_at_its_depth_limit() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..=MAX_DEPTH + 1)
+            .map(|i| root.path().join(format!("s{i}")))
+            .collect();
+        for (i, d) in dirs.iter().enumerate() {
+            std::fs::create_dir(d).unwrap();
+            write_process(d, 1, 1, &[(0x1000, &[1, 2, i as u8 + 3])]);
+            if i > 0 {
+                let shared = share_with_parent(d, &dirs[i - 1]).unwrap();
+                let whole = i == MAX_DEPTH + 1;
+                assert_eq!(shared.pages, if whole { 0 } else { 2 }, "level {i}");
+            }
+        }
+        assert_eq!(depth(&dirs[MAX_DEPTH]), MAX_DEPTH);
+        assert_eq!(depth(&dirs[MAX_DEPTH + 1]), 0, "stored whole: a new chain");
+        assert_eq!(
+            contents(&dirs[MAX_DEPTH], 1)[2],
+            (0x3000, MAX_DEPTH as u8 + 3)
+        );
     }
 
     #[test]

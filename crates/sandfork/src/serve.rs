@@ -105,8 +105,11 @@ mod tests {
             default_image: None,
             admission_wait_secs: None,
             memory_merge: Some(false),
+            pool_size: Some(0),
+            pool_memory_mb: None,
         };
         let c = config_of(a).unwrap();
+        assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
         assert!(!c.memory_merge);
         assert_eq!(

@@ -114,6 +114,8 @@ impl Manager {
         if let Err(e) = &made {
             tracing::warn!(sandbox = %row.view.id, error = %e.message(), "checkpoint failed");
             let _ = self.backend.unpin_layer(&pin).await;
+            // With the retained parents only it kept alive.
+            self.drop_snapshot_dir(snap_id).await;
             let _ = std::fs::remove_dir_all(&dir);
         }
         made

@@ -1025,7 +1025,7 @@ async fn the_pool_hands_over_parked_forks_each_with_its_own_identity() {
     let first = m.create(from_snapshot("snap-pool")).await.unwrap();
     assert_eq!(
         *fake.restored.lock().unwrap(),
-        [first.id.clone()],
+        std::slice::from_ref(&first.id),
         "a miss restores"
     );
     until("two forks parked", || {
