@@ -91,13 +91,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     print(f"\nwrote {out}")
 
 
-def new_daemon(extra_args: Sequence[str] = (), root: Optional[Path] = None, config: str = "") -> Daemon:
-    """Starts a daemon on a fresh data dir (or on ``root``'s, to restart one) and waits for it."""
+def new_daemon(extra_args: Sequence[str] = (), root: Optional[Path] = None, config: str = "", pool: bool = False) -> Daemon:
+    """Starts a daemon on a fresh data dir (or on ``root``'s, to restart one) and waits for it.
+
+    The pool of ready forks is off unless ``pool``: these checks count every sandbox on the
+    host against those the API lists, and the pool's parked forks are not listed (a test of
+    its own kills the daemon while the pool fills)."""
     binary = daemon_binary()
     if binary is None or not implements_serve(binary):
         pytest.skip("the sandfork daemon is not built (make build)")
     root = root or Path(tempfile.mkdtemp(prefix="sfrel-"))
-    args = list(extra_args)
+    args = list(extra_args) + ([] if pool else ["--pool-size", "0"])
     if config:
         (root / "config.toml").write_text(config)
         args += ["--config", str(root / "config.toml")]

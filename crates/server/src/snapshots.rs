@@ -26,9 +26,19 @@ pub struct SnapshotRecord {
     /// Taken to suspend a sandbox: hidden from the snapshot list.
     #[serde(default)]
     pub internal: bool,
+    /// What a restore maps back, in bytes: the whole memory images, pages read from a
+    /// parent snapshot included (`view.size_bytes` is what this snapshot stores itself).
+    /// 0 in records written before it was kept.
+    #[serde(default)]
+    pub restore_bytes: u64,
 }
 
 impl SnapshotRecord {
+    /// What a restore of this snapshot maps back, in MiB.
+    pub fn restore_mb(&self) -> u64 {
+        self.restore_bytes.max(self.view.size_bytes) >> 20
+    }
+
     /// The block-store ref pinning this snapshot's layer.
     pub fn pin(&self) -> String {
         pin_name(&self.view.id)

@@ -174,7 +174,7 @@ impl Manager {
         let row = child_row(rec, &c)?;
         // A warm restore maps its snapshot's memory images; a cold boot starts small.
         let need_mb = if rec.memory_dir.is_some() {
-            (rec.view.size_bytes >> 20).max(BASELINE_NEED_MB)
+            rec.restore_mb().max(BASELINE_NEED_MB)
         } else {
             BASELINE_NEED_MB
         };
@@ -420,6 +420,7 @@ mod tests {
             },
             hooks: vec![],
             internal: false,
+            restore_bytes: 0,
         }
     }
 

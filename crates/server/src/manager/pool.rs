@@ -86,9 +86,9 @@ fn poolable(rec: &SnapshotRecord, c: &Child) -> bool {
     rec.memory_dir.is_some() && !rec.internal && c.network.is_none()
 }
 
-/// What a parked fork of `rec` is charged, in MiB.
+/// What a parked fork of `rec` is charged, in MiB (what its restore maps).
 fn cost_mb(rec: &SnapshotRecord) -> u64 {
-    (rec.view.size_bytes >> 20).max(BASELINE_NEED_MB)
+    rec.restore_mb().max(BASELINE_NEED_MB)
 }
 
 /// How long the daemon must have had no create or restore in flight before a refill

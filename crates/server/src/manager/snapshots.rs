@@ -106,6 +106,7 @@ impl Manager {
                 boot: row.boot.without_secrets(),
                 hooks: args.hooks,
                 internal,
+                restore_bytes: cp.size_bytes,
             };
             self.store.put_snapshot(rec.clone()).await?;
             Ok::<_, Error>(rec)

@@ -804,6 +804,7 @@ async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
         boot: row.boot.clone(),
         hooks: Vec::new(),
         internal: true,
+        restore_bytes: 0,
     };
     store.put_snapshot(rec).await.unwrap();
     // The resume had recorded `running` when the daemon died.
@@ -994,6 +995,7 @@ async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
         boot,
         hooks: Vec::new(),
         internal: false,
+        restore_bytes: 0,
     };
     Store::open(&s.db).unwrap().put_snapshot(rec).await.unwrap();
 }

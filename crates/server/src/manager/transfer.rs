@@ -178,6 +178,13 @@ impl Manager {
             let mem = dir.join("memory");
             std::fs::rename(work.join("memory"), &mem)
                 .map_err(|e| Error::InvalidArgument(format!("Memory images missing: {e}")))?;
+            // What the file says it maps is not trusted: the images it carries are counted.
+            rec.restore_bytes = std::fs::read_dir(&mem)
+                .map_err(host)?
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum();
             rec.memory_dir = Some(mem);
         }
         self.backend.pin_layer(&rec.pin(), &rec.layer_id).await?;
