@@ -86,9 +86,10 @@ fn network_spec(req: &CreateSandbox) -> Result<Option<NetworkSpec>> {
     }))
 }
 
-fn child_row(rec: &SnapshotRecord, c: &Child) -> Result<SandboxRow> {
+/// The record of child `c` of `rec`, as sandbox `id`.
+fn child_row(rec: &SnapshotRecord, c: &Child, id: String) -> Result<SandboxRow> {
     let mut boot = rec.boot.clone();
-    boot.id = new_id()?;
+    boot.id = id;
     boot.env.extend(c.env.clone());
     boot.secrets.clone_from(&c.secrets);
     if rec.view.kind == SnapshotType::Filesystem {
@@ -171,7 +172,7 @@ impl Manager {
         if let Some(parked) = self.pool_take(rec, &c) {
             return self.take_parked(rec, c, parked).await;
         }
-        let row = child_row(rec, &c)?;
+        let row = child_row(rec, &c, new_id()?)?;
         // A warm restore maps its snapshot's memory images; a cold boot starts small.
         let need_mb = if rec.memory_dir.is_some() {
             rec.restore_mb().max(BASELINE_NEED_MB)
@@ -184,15 +185,13 @@ impl Manager {
 
     /// Starts child `c` from a ready fork of the pool: the fork becomes the child.
     async fn take_parked(&self, rec: &SnapshotRecord, c: Child, p: Parked) -> Result<Sandbox> {
-        let mut row = match child_row(rec, &c) {
+        let row = match child_row(rec, &c, p.id.clone()) {
             Ok(row) => row,
             Err(e) => {
                 self.discard(p).await;
                 return Err(e);
             }
         };
-        row.view.id.clone_from(&p.id);
-        row.boot.id.clone_from(&p.id);
         let entry = match self.register_parked(&row) {
             Ok(entry) => entry,
             Err(e) => {
@@ -472,7 +471,10 @@ mod tests {
         assert_eq!((c0.labels.len(), c2.labels.len()), (2, 1));
         assert_eq!(c2.name.as_deref(), Some("w-2"));
         let rec = record(SnapshotType::Memory);
-        let (r0, r2) = (child_row(&rec, &c0).unwrap(), child_row(&rec, &c2).unwrap());
+        let (r0, r2) = (
+            child_row(&rec, &c0, new_id().unwrap()).unwrap(),
+            child_row(&rec, &c2, new_id().unwrap()).unwrap(),
+        );
         assert_ne!(r0.view.id, r2.view.id);
         assert_eq!(r2.view.fork.as_ref().map(|f| f.index), Some(2));
         assert_eq!(r2.view.snapshot_id.as_deref(), Some("snap-1"));

@@ -71,14 +71,7 @@ impl RuncBackend {
         spec: &BootSpec,
         from: RestoreFrom,
     ) -> BackendResult<Booted> {
-        let source = SnapshotSource {
-            layer: from.layer_id,
-            memory_dir: from.memory_dir,
-        };
-        let opts = RestoreOptions {
-            identity: from.identity,
-            hooks: from.hooks,
-        };
+        let (source, opts) = split(from);
         let h = self
             .runtime
             .restore(self.spec(spec), source, opts)
@@ -93,10 +86,7 @@ impl RuncBackend {
         spec: &BootSpec,
         from: RestoreFrom,
     ) -> BackendResult<Booted> {
-        let source = SnapshotSource {
-            layer: from.layer_id,
-            memory_dir: from.memory_dir,
-        };
+        let (source, _bare) = split(from);
         let h = self
             .runtime
             .park(self.spec(spec), source)
@@ -168,6 +158,19 @@ impl RuncBackend {
         })
         .await
     }
+}
+
+/// What the runtime restores from, and what it applies after.
+fn split(from: RestoreFrom) -> (SnapshotSource, RestoreOptions) {
+    let source = SnapshotSource {
+        layer: from.layer_id,
+        memory_dir: from.memory_dir,
+    };
+    let opts = RestoreOptions {
+        identity: from.identity,
+        hooks: from.hooks,
+    };
+    (source, opts)
 }
 
 /// See [`crate::backend::Backend::share_memory`].
