@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads
 
 setup:
 	@scripts/setup
@@ -74,6 +74,14 @@ bench-pool: build-release
 	  rc=$$?; rm -f $$out; exit $$rc
 
 # The examples' warm states (browser, PostgreSQL, ML worker) next to podman + CRIU.
+# Real workloads (pip install, a C build, SQLite) on the disk path against overlayfs (as
+# podman mounts a container), a plain loop device and the host's filesystem; ~15 minutes.
+bench-workloads: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/workloads.py | tee $$out && \
+	  python3 bench/report.py "workloads" "make bench-workloads" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
 bench-warm: build-release
 	@scripts/setup --bench
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \

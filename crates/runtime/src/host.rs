@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 pub use checkpoint::{CheckpointHost, CriuPaths};
 pub use fake::FakeHost;
-pub use real::{runc_version, Disks, RealHost};
+pub use real::{lazy, runc_version, Disks, RealHost};
 
 use crate::error::Result;
 use crate::layout::SandboxPaths;

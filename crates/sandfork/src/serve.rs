@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// written (default true; starts the kernel's ksmd).
     #[arg(long, value_name = "BOOL")]
     pub memory_merge: Option<bool>,
+    /// Restore memory snapshots lazily: pages copied in as the sandbox touches them and
+    /// the rest in the background (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub lazy_restore: Option<bool>,
     /// Ready forks kept per hot memory snapshot, restored ahead of demand (default 2;
     /// 0 = no pool).
     #[arg(long)]
@@ -61,6 +65,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.default_image = a.default_image.unwrap_or(c.default_image);
     c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
     c.memory_merge = a.memory_merge.unwrap_or(c.memory_merge);
+    c.lazy_restore = a.lazy_restore.unwrap_or(c.lazy_restore);
     c.pool_size = a.pool_size.unwrap_or(c.pool_size);
     c.pool_memory_mb = a.pool_memory_mb.unwrap_or(c.pool_memory_mb);
     c.validate()?;
@@ -105,13 +110,14 @@ mod tests {
             default_image: None,
             admission_wait_secs: None,
             memory_merge: Some(false),
+            lazy_restore: Some(false),
             pool_size: Some(0),
             pool_memory_mb: None,
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
-        assert!(!c.memory_merge);
+        assert!(!c.memory_merge && !c.lazy_restore);
         assert_eq!(
             c.socket_path(),
             std::path::PathBuf::from("/tmp/d/sandfork.sock")

@@ -94,6 +94,11 @@ pub struct Config {
     /// snapshot then share what none of them has written. Starts `ksmd` if it is stopped.
     /// docs/checkpoints.md, memory sharing.
     pub memory_merge: bool,
+    /// Restore memory snapshots lazily: a restored sandbox runs before its memory is
+    /// read back, pages copied in as it touches them and the rest in the background
+    /// (CRIU's lazy pages over userfaultfd; off by itself where the host lacks them).
+    /// docs/checkpoints.md, lazy restores.
+    pub lazy_restore: bool,
     /// Ready forks kept per hot memory snapshot (one restored or forked from lately):
     /// restored ahead of demand and frozen, handed over with their own identity; 0 = no
     /// pool. docs/checkpoints.md, the pool of ready forks.
@@ -134,6 +139,7 @@ impl Default for Config {
             max_exec_output_bytes: 64 << 20,
             disk_flush: disk::fuse::FlushMode::default(),
             memory_merge: true,
+            lazy_restore: true,
             pool_size: 2,
             pool_memory_mb: 2048,
             pool_idle_secs: 300,

@@ -4,6 +4,7 @@ mod checkpoint;
 mod cmd;
 mod disks;
 mod kdat;
+pub mod lazy;
 mod netns;
 pub mod runc_version;
 
@@ -46,6 +47,8 @@ pub struct RealHost {
     inits: Mutex<HashMap<PathBuf, Arc<AtomicBool>>>,
     /// Sandboxes' pages may be merged with equal pages of others (see [`crate::ksm`]).
     memory_merge: bool,
+    /// Memory snapshots are restored lazily (see [`lazy`]).
+    lazy_pages: bool,
 }
 
 impl RealHost {
@@ -58,6 +61,7 @@ impl RealHost {
             nft_ready: AtomicBool::new(false),
             inits: Mutex::new(HashMap::new()),
             memory_merge: false,
+            lazy_pages: false,
         }
     }
 
@@ -65,6 +69,13 @@ impl RealHost {
     /// pages to be merged: [`crate::ksm::ensure_running`]).
     pub fn with_memory_merge(mut self, on: bool) -> Self {
         self.memory_merge = on;
+        self
+    }
+
+    /// Restores memory snapshots lazily, their pages served by CRIU's lazy-pages daemon
+    /// ([`lazy`]); callers check [`lazy::supported`] first.
+    pub fn with_lazy_pages(mut self, on: bool) -> Self {
+        self.lazy_pages = on;
         self
     }
 

@@ -57,7 +57,15 @@ impl RuncBackend {
         {
             tracing::info!("started the kernel's page merging (ksmd) for memory_merge");
         }
-        let host = RealHost::new(disks, "/run/sandfork").with_memory_merge(config.memory_merge);
+        let lazy = config.lazy_restore && runtime::host::lazy::supported();
+        if config.lazy_restore && !lazy {
+            tracing::warn!(
+                "lazy_restore: CRIU or the kernel lacks uffd-noncoop; restores are eager"
+            );
+        }
+        let host = RealHost::new(disks, "/run/sandfork")
+            .with_memory_merge(config.memory_merge)
+            .with_lazy_pages(lazy);
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
         Ok(RuncBackend {
             memory_merge: config.memory_merge,

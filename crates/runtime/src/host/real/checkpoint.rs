@@ -240,9 +240,23 @@ impl CheckpointHost for RealHost {
             .arg(&log)
             .args(["restore", "--detach", "--image-path"]);
         c.arg(criu.images).arg("--work-path").arg(criu.work);
+        // Without its daemon the restore is eager: slower, never wrong.
+        let lazy = self
+            .lazy_pages
+            .then(|| super::lazy::LazyPages::start(criu.images, criu.work));
+        let lazy = lazy.and_then(|r| {
+            r.inspect_err(|e| tracing::warn!("restoring {id} eagerly: {e}"))
+                .ok()
+        });
+        if lazy.is_some() {
+            c.arg("--lazy-pages");
+        }
         c.arg("--bundle").arg(paths.bundle()).arg(id);
         cmd::run_detached(c, &log, &paths.logs().join("init.log"))
             .map_err(|e| with_criu_log(e, &criu.work.join("restore.log"), criu.work))?;
+        if let Some(lazy) = lazy {
+            lazy.serve();
+        }
         self.name_restored(root, id)
     }
 
