@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use super::cmd::{self, run};
 use super::{runc, RealHost};
@@ -200,6 +201,9 @@ impl RealHost {
     }
 }
 
+/// How long a dump waits for a lazy restore of the same sandbox to copy its last pages.
+const LAZY_WAIT: Duration = Duration::from_secs(300);
+
 /// The sandbox's `kernel.shm_rmid_forced` (see [`crate::oci::SYSCTLS`]), as a /proc/sys path.
 const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
@@ -213,6 +217,13 @@ impl CheckpointHost for RealHost {
     }
 
     fn runc_checkpoint(&self, root: &Path, id: &str, criu: CriuPaths<'_>) -> Result<()> {
+        // A page a lazy restore has not copied yet would be dumped as empty.
+        if !super::lazy::wait_done(id, LAZY_WAIT) {
+            return Err(Error::Checkpoint(format!(
+                "the sandbox's memory is still being restored after {} s; try again later",
+                LAZY_WAIT.as_secs()
+            )));
+        }
         self.shm_rmid_forced(root, id, false)?;
         let mut c = runc(root);
         c.args(["checkpoint", "--leave-running", "--image-path"])
@@ -243,7 +254,7 @@ impl CheckpointHost for RealHost {
         // Without its daemon the restore is eager: slower, never wrong.
         let lazy = self
             .lazy_pages
-            .then(|| super::lazy::LazyPages::start(criu.images, criu.work));
+            .then(|| super::lazy::LazyPages::start(criu.images, criu.work, id));
         let lazy = lazy.and_then(|r| {
             r.inspect_err(|e| tracing::warn!("restoring {id} eagerly: {e}"))
                 .ok()

@@ -43,15 +43,17 @@ pub struct LazyPages {
 }
 
 impl LazyPages {
-    /// Starts the daemon on `images`, with its socket and log (`lazy-pages.log`) in `work`,
-    /// and waits until it listens.
-    pub fn start(images: &Path, work: &Path) -> Result<LazyPages> {
+    /// Starts the daemon for container `id` on `images`, with its socket and log in
+    /// `work`, and waits until it listens.
+    pub fn start(images: &Path, work: &Path, id: &str) -> Result<LazyPages> {
         let mut c = Command::new("criu");
         c.args(["lazy-pages", "--images-dir"])
             .arg(images)
             .arg("--work-dir")
             .arg(work)
-            .args(["--log-file", "lazy-pages.log", "-v2"])
+            .arg("--log-file")
+            .arg(log_name(id))
+            .arg("-v2")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -92,6 +94,40 @@ impl LazyPages {
     }
 }
 
+/// The log file of the lazy-pages daemon of container `id`: it names the container on
+/// the daemon's command line, so [`wait_done`] finds it in /proc, even one started before
+/// a restart of the sandfork daemon.
+fn log_name(id: &str) -> String {
+    format!("lazy-pages-{id}.log")
+}
+
+/// Whether a lazy-pages daemon still serves container `id`.
+fn serving(id: &str) -> bool {
+    let log = log_name(id);
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|p| {
+        std::fs::read(p.path().join("cmdline"))
+            .map(|c| c.split(|b| *b == 0).any(|arg| arg == log.as_bytes()))
+            .unwrap_or(false)
+    })
+}
+
+/// Waits up to `timeout` until no lazy-pages daemon serves container `id`; false if one
+/// still does. Until then a page it has not copied yet is absent from the sandbox's
+/// processes, and a dump (a memory checkpoint, a suspend) would record it as empty.
+pub fn wait_done(id: &str, timeout: Duration) -> bool {
+    let started = Instant::now();
+    while serving(id) {
+        if started.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 impl Drop for LazyPages {
     /// The restore failed (or [`LazyPages::serve`] was not reached): nothing was handed
     /// the daemon's pages, so it is stopped.
@@ -100,5 +136,53 @@ impl Drop for LazyPages {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process named like container `id`'s lazy-pages daemon, living `secs` (in short
+    /// sleeps, so a kill leaves no long-lived child behind).
+    fn stand_in(id: &str, secs: f64) -> Child {
+        let rounds = (secs / 0.05) as u32;
+        let script = format!("i=0; while [ $i -lt {rounds} ]; do sleep 0.05; i=$((i+1)); done");
+        let child = Command::new("sh")
+            .args(["-c", &script, &log_name(id)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Until it has exec'd, the child still carries the test's command line.
+        while !serving(id) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child
+    }
+
+    #[test]
+    fn a_dump_waits_for_the_daemon_of_its_own_sandbox_only() {
+        let id = format!("lazy-test-{}", std::process::id());
+        let mut other = stand_in(&format!("{id}-other"), 30.0);
+        let mut mine = stand_in(&id, 1.0);
+        let started = Instant::now();
+        let reaper = std::thread::spawn(move || mine.wait());
+        assert!(wait_done(&id, Duration::from_secs(20)));
+        assert!(started.elapsed() >= Duration::from_millis(500), "it waited");
+        reaper.join().unwrap().unwrap();
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+
+    #[test]
+    fn a_daemon_that_outlives_the_wait_is_reported() {
+        let id = format!("lazy-test-late-{}", std::process::id());
+        let mut late = stand_in(&id, 30.0);
+        assert!(!wait_done(&id, Duration::from_millis(100)));
+        late.kill().unwrap();
+        late.wait().unwrap();
+        assert!(wait_done(&id, Duration::from_secs(5)));
     }
 }
