@@ -8,7 +8,7 @@ pub mod lazy;
 mod netns;
 pub mod runc_version;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +49,8 @@ pub struct RealHost {
     memory_merge: bool,
     /// Memory snapshots are restored lazily (see [`lazy`]).
     lazy_pages: bool,
+    /// Image directories whose lazy restore failed: restored eagerly from then on.
+    lazy_refused: Mutex<HashSet<PathBuf>>,
 }
 
 impl RealHost {
@@ -62,6 +64,7 @@ impl RealHost {
             inits: Mutex::new(HashMap::new()),
             memory_merge: false,
             lazy_pages: false,
+            lazy_refused: Mutex::new(HashSet::new()),
         }
     }
 
@@ -272,7 +275,9 @@ impl Host for RealHost {
     }
 
     fn runc_delete(&self, root: &Path, id: &str) -> Result<()> {
-        run_tolerant(runc(root).args(["delete", "--force", id]), GONE)
+        let deleted = run_tolerant(runc(root).args(["delete", "--force", id]), GONE);
+        lazy::stop(id);
+        deleted
     }
 
     fn runc_state(&self, root: &Path, id: &str) -> Result<Option<ContainerState>> {

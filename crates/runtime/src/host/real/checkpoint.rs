@@ -204,6 +204,58 @@ impl RealHost {
 /// How long a dump waits for a lazy restore of the same sandbox to copy its last pages.
 const LAZY_WAIT: Duration = Duration::from_secs(300);
 
+impl RealHost {
+    /// `runc restore` into the bundle; with `lazy`, its memory left to a lazy-pages daemon
+    /// already listening.
+    fn run_restore(
+        &self,
+        root: &Path,
+        id: &str,
+        paths: &SandboxPaths,
+        criu: CriuPaths<'_>,
+        lazy: bool,
+    ) -> Result<()> {
+        let log = paths.logs().join("runc.log");
+        let mut c = self.runc_for_sandbox(root);
+        c.arg("--log")
+            .arg(&log)
+            .args(["restore", "--detach", "--image-path"]);
+        c.arg(criu.images).arg("--work-path").arg(criu.work);
+        if lazy {
+            c.arg("--lazy-pages");
+        }
+        c.arg("--bundle").arg(paths.bundle()).arg(id);
+        cmd::run_detached(c, &log, &paths.logs().join("init.log"))
+            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log"), criu.work))
+    }
+
+    /// A lazy restore: its daemon started first, then left serving the sandbox.
+    fn restore_lazily(
+        &self,
+        root: &Path,
+        id: &str,
+        paths: &SandboxPaths,
+        criu: CriuPaths<'_>,
+    ) -> Result<()> {
+        let lazy = super::lazy::LazyPages::start(criu.images, criu.work, id)?;
+        self.run_restore(root, id, paths, criu, true)?;
+        lazy.serve();
+        Ok(())
+    }
+
+    /// Whether the images in `images` may be restored lazily (none has failed so).
+    fn lazy_allowed(&self, images: &Path) -> bool {
+        let refused = self.lazy_refused.lock().unwrap_or_else(|e| e.into_inner());
+        !refused.contains(images)
+    }
+
+    /// Restores of `images` are eager from now on.
+    fn refuse_lazy(&self, images: &Path) {
+        let mut refused = self.lazy_refused.lock().unwrap_or_else(|e| e.into_inner());
+        refused.insert(images.to_path_buf());
+    }
+}
+
 /// The sandbox's `kernel.shm_rmid_forced` (see [`crate::oci::SYSCTLS`]), as a /proc/sys path.
 const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
@@ -245,29 +297,21 @@ impl CheckpointHost for RealHost {
         paths: &SandboxPaths,
         criu: CriuPaths<'_>,
     ) -> Result<()> {
-        let log = paths.logs().join("runc.log");
-        let mut c = self.runc_for_sandbox(root);
-        c.arg("--log")
-            .arg(&log)
-            .args(["restore", "--detach", "--image-path"]);
-        c.arg(criu.images).arg("--work-path").arg(criu.work);
-        // Without its daemon the restore is eager: slower, never wrong.
-        let lazy = self
-            .lazy_pages
-            .then(|| super::lazy::LazyPages::start(criu.images, criu.work, id));
-        let lazy = lazy.and_then(|r| {
-            r.inspect_err(|e| tracing::warn!("restoring {id} eagerly: {e}"))
-                .ok()
-        });
-        if lazy.is_some() {
-            c.arg("--lazy-pages");
+        if self.lazy_pages && self.lazy_allowed(criu.images) {
+            match self.restore_lazily(root, id, paths, criu) {
+                Ok(()) => return self.name_restored(root, id),
+                Err(e) => {
+                    // What CRIU refused lazily it may restore eagerly: a process that
+                    // reserves more address space than the host would commit (Chromium's
+                    // cages) fails to map its memory writable for userfaultfd.
+                    tracing::warn!("lazy restore of {id} failed, restoring eagerly: {e}");
+                    self.refuse_lazy(criu.images);
+                    let _ = self.runc_delete(root, id);
+                    self.criu_work_dir(criu.work)?;
+                }
+            }
         }
-        c.arg("--bundle").arg(paths.bundle()).arg(id);
-        cmd::run_detached(c, &log, &paths.logs().join("init.log"))
-            .map_err(|e| with_criu_log(e, &criu.work.join("restore.log"), criu.work))?;
-        if let Some(lazy) = lazy {
-            lazy.serve();
-        }
+        self.run_restore(root, id, paths, criu, false)?;
         self.name_restored(root, id)
     }
 

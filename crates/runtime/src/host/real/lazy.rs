@@ -101,17 +101,41 @@ fn log_name(id: &str) -> String {
     format!("lazy-pages-{id}.log")
 }
 
-/// Whether a lazy-pages daemon still serves container `id`.
-fn serving(id: &str) -> bool {
+/// Pids of the lazy-pages daemons of container `id` (one, or none).
+fn daemons_of(id: &str) -> Vec<i32> {
     let log = log_name(id);
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
-    procs.flatten().any(|p| {
-        std::fs::read(p.path().join("cmdline"))
-            .map(|c| c.split(|b| *b == 0).any(|arg| arg == log.as_bytes()))
-            .unwrap_or(false)
-    })
+    procs
+        .flatten()
+        .filter_map(|p| {
+            let pid = p.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == log.as_bytes())
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Whether a lazy-pages daemon still serves container `id`.
+fn serving(id: &str) -> bool {
+    !daemons_of(id).is_empty()
+}
+
+/// Stops the lazy-pages daemon of container `id`, once its processes are gone. It exits
+/// by itself when they exit; this takes one whose restore never reached it (runc failed
+/// before CRIU connected while nobody was left to stop it, as after a `kill -9` of the
+/// sandfork daemon), which would otherwise wait for a connection for ever.
+pub fn stop(id: &str) {
+    for pid in daemons_of(id) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 /// Waits up to `timeout` until no lazy-pages daemon serves container `id`; false if one
@@ -177,11 +201,11 @@ mod tests {
     }
 
     #[test]
-    fn a_daemon_that_outlives_the_wait_is_reported() {
+    fn a_daemon_that_outlives_the_wait_is_reported_and_stopped_with_its_container() {
         let id = format!("lazy-test-late-{}", std::process::id());
         let mut late = stand_in(&id, 30.0);
         assert!(!wait_done(&id, Duration::from_millis(100)));
-        late.kill().unwrap();
+        stop(&id);
         late.wait().unwrap();
         assert!(wait_done(&id, Duration::from_secs(5)));
     }
