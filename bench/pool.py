@@ -20,9 +20,10 @@ import json
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Iterator, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory import HOLDER, Daemon  # noqa: E402
@@ -105,24 +106,40 @@ def cold_fan_out(n: int) -> float:
     return took
 
 
-def suite(pool: int, mb: int, runs: int, fan: int) -> Dict[str, List[float]]:
-    out: Dict[str, List[float]] = {}
+@contextmanager
+def hot_snapshot(mb: int) -> Iterator[Tuple[Snapshot, str]]:
+    """A memory snapshot of a holder of ``mb`` MB, restored once (which makes it hot, and
+    is a miss), with the data's hash; deleted with its source afterwards."""
     src = source(mb)
     snap = None
     try:
         want = src.run("python3", ["/opt/memholder.py", "ask", "sum"]).stdout.strip()
         snap = src.checkpoint(checkpoint_type=CheckpointType.MEMORY)
-        restore = lambda: Sandbox.create(snapshot_id=snap.id)  # noqa: E731
-        # The first restore makes the snapshot hot (and is a miss).
-        child = restore()
+        child = Sandbox.create(snapshot_id=snap.id)
         check(child, want)
         child.terminate()
-        out["restore"] = []
-        for _ in range(runs):
-            if pool:
-                wait("the pool refills", lambda: pool_forks() >= min(pool, 1))
-                time.sleep(0.5)
-            out["restore"].append(first_exec(restore))
+        yield snap, want
+    finally:
+        if snap is not None:
+            snap.delete()
+        src.terminate()
+
+
+def restores(snap: Snapshot, runs: int, pool: bool) -> List[float]:
+    """Restore → first exec, ``runs`` times (each from a refilled pool if ``pool``)."""
+    times = []
+    for _ in range(runs):
+        if pool:
+            wait("the pool refills", lambda: pool_forks() >= 1)
+            time.sleep(0.5)
+        times.append(first_exec(lambda: Sandbox.create(snapshot_id=snap.id)))
+    return times
+
+
+def suite(pool: int, mb: int, runs: int, fan: int) -> Dict[str, List[float]]:
+    out: Dict[str, List[float]] = {}
+    with hot_snapshot(mb) as (snap, want):
+        out["restore"] = restores(snap, runs, pool > 0)
         if not pool:
             cold = lambda: Sandbox.create(image="python", memory_mb=MEMORY_MB, allow_internet_access=False)  # noqa: E731
             out["cold"] = [first_exec(cold) for _ in range(runs)]
@@ -130,35 +147,13 @@ def suite(pool: int, mb: int, runs: int, fan: int) -> Dict[str, List[float]]:
         else:
             wait(f"the pool fills to {fan}", lambda: pool_forks() >= fan, 600)
         out["fan"] = [fan_out(snap, fan, want)]
-    finally:
-        if snap is not None:
-            snap.delete()
-        src.terminate()
     return out
 
 
 def large(mb: int, runs: int, pool: bool) -> List[float]:
     """Restore → first exec of a snapshot holding ``mb`` MB (from the pool if ``pool``)."""
-    src = source(mb)
-    snap = None
-    try:
-        want = src.run("python3", ["/opt/memholder.py", "ask", "sum"]).stdout.strip()
-        snap = src.checkpoint(checkpoint_type=CheckpointType.MEMORY)
-        restore = lambda: Sandbox.create(snapshot_id=snap.id)  # noqa: E731
-        child = restore()
-        check(child, want)
-        child.terminate()
-        times = []
-        for _ in range(runs):
-            if pool:
-                wait("the pool refills", lambda: pool_forks() >= 1)
-                time.sleep(0.5)
-            times.append(first_exec(restore))
-        return times
-    finally:
-        if snap is not None:
-            snap.delete()
-        src.terminate()
+    with hot_snapshot(mb) as (snap, _):
+        return restores(snap, runs, pool)
 
 
 def main() -> None:
