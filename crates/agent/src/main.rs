@@ -1,4 +1,5 @@
-//! `sandfork-agent --socket PATH [--identity-dir DIR] [--max-transfer BYTES]`
+//! `sandfork-agent --socket PATH [--identity-dir DIR] [--max-transfer BYTES] [--user U]
+//! [--workdir DIR]`
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
@@ -20,6 +21,12 @@ struct Args {
     /// Largest file transfer, in bytes.
     #[arg(long)]
     max_transfer: Option<u64>,
+    /// User (`name`, `uid` or `uid:gid`) of processes whose request names none.
+    #[arg(long)]
+    user: Option<String>,
+    /// Working directory of processes whose request names none.
+    #[arg(long)]
+    workdir: Option<String>,
 }
 
 impl Args {
@@ -31,6 +38,8 @@ impl Args {
         if let Some(max) = self.max_transfer {
             config.max_transfer = max;
         }
+        config.default_user = self.user;
+        config.default_cwd = self.workdir;
         config
     }
 }

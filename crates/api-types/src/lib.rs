@@ -559,6 +559,20 @@ pub struct BuildImage {
     pub pip: Vec<String>,
 }
 
+/// `POST /v1/images/pull`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PullImage {
+    /// `registry/repository:tag` or `…@sha256:…`; Docker Hub short names (`python:3.12`)
+    /// resolve as Docker resolves them. The image is recorded under the canonical form.
+    #[schema(max_length = 255)]
+    pub reference: String,
+    /// Basic credentials for the registry (its token flow runs with them); without
+    /// them, the daemon's Docker config file's, else anonymous.
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
 /// One line of an image build's NDJSON stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -181,6 +181,18 @@ pub enum ImageCommand {
         #[arg(long)]
         pip: Vec<String>,
     },
+    /// Pull an image from an OCI registry (`python:3.12-slim`, `host:5000/team/app:v1`,
+    /// `…@sha256:…`); it is recorded under its canonical reference.
+    Pull {
+        reference: String,
+        /// Registry user (basic auth; the registry's token flow runs with it). Without
+        /// it, the daemon's Docker config file's credentials, else anonymous.
+        #[arg(long, requires = "password_stdin")]
+        username: Option<String>,
+        /// Read the registry password from stdin.
+        #[arg(long, requires = "username")]
+        password_stdin: bool,
+    },
     /// List images.
     Ls,
     /// Remove images.

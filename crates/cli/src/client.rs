@@ -243,6 +243,11 @@ impl Lines {
 }
 
 /// Percent-encodes a query value.
+/// Percent-encodes one path segment: as [`encode`], and `/` too (image references).
+pub fn encode_segment(s: &str) -> String {
+    encode(s).replace('/', "%2F")
+}
+
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {

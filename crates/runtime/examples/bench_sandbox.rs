@@ -165,6 +165,7 @@ fn bare_bundle(dir: &Path, id: &str, args: &[&str]) -> Result<(PathBuf, serde_js
         layer: String::new(),
         env: Default::default(),
         cwd: "/".into(),
+        user: None,
     };
     let s = spec(id.into(), &image);
     let host = runtime::oci::HostPaths {

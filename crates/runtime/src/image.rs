@@ -27,7 +27,7 @@ pub use build::{BuildPlan, BuildSpec, BuildStep, Source};
 use builddir::process_exists;
 pub use builddir::{remove_stale_builds, BuildDir};
 pub use fsck::check_layer;
-pub use layers::{import_oci_layout, import_tarball};
+pub use layers::{defaults_of, import_oci_layout, import_tarball, unpack_layers};
 pub use unpack::UnpackError;
 
 /// Image metadata, stored as `<images dir>/<name>.json`.
@@ -45,6 +45,26 @@ pub struct ImageMeta {
     pub env: BTreeMap<String, String>,
     #[serde(default = "root_dir")]
     pub cwd: String,
+    /// Default user of the sandbox's processes (the OCI config's `User`).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// The OCI config's `Entrypoint` and `Cmd`: what `sandfork run IMAGE` starts when
+    /// given no command.
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    #[serde(default)]
+    pub cmd: Vec<String>,
+    /// Ports the image declares (`80/tcp`), recorded only.
+    #[serde(default)]
+    pub exposed_ports: Vec<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Where a pulled or imported image came from: its canonical reference and manifest
+    /// digest.
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub digest: Option<String>,
 }
 
 fn root_dir() -> String {
@@ -59,6 +79,7 @@ impl ImageMeta {
             layer: self.layer.clone(),
             env: self.env.clone(),
             cwd: self.cwd.clone(),
+            user: self.user.clone(),
         }
     }
 }
@@ -81,17 +102,41 @@ pub(crate) fn report(progress: ProgressFn<'_>, stage: &'static str, detail: impl
     });
 }
 
-/// Checks an image name: 1..=64 of `[a-z0-9._-]`, starting with a letter or digit.
+/// Checks an image name: a local name (1..=64 of `[a-z0-9._-]`, starting with a letter
+/// or digit) or a registry reference (at most 255 of `[A-Za-z0-9._/:@-]`, starting with a
+/// letter or digit, no `..`).
 pub fn validate_name(name: &str) -> Result<()> {
-    let ok = (1..=64).contains(&name.len())
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b));
+    let ok = is_local_name(name)
+        || ((1..=255).contains(&name.len())
+            && name.as_bytes()[0].is_ascii_alphanumeric()
+            && !name.contains("..")
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b)));
     if ok {
         Ok(())
     } else {
         Err(Error::Image(format!("bad image name {name:?}")))
+    }
+}
+
+fn is_local_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+}
+
+/// The file-system-safe key of an image name: the name itself when local, else
+/// `ref-<hash of the reference>` (the record keeps the reference).
+fn key(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if is_local_name(name) {
+        name.to_string()
+    } else {
+        let hash = format!("{:x}", Sha256::digest(name.as_bytes()));
+        format!("ref-{}", &hash[..32])
     }
 }
 
@@ -140,7 +185,7 @@ impl Images {
     }
 
     fn meta_path(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.json"))
+        self.dir.join(format!("{}.json", key(name)))
     }
 
     /// The image named `name`.
@@ -201,6 +246,27 @@ impl Images {
         meta
     }
 
+    /// Publishes image `name` made of OCI layers (tar blobs with their media types, bottom
+    /// first), e.g. a pulled image's: unpacks them into a fresh root filesystem, makes the
+    /// image's working directory, and publishes it. Nothing is left if any part fails.
+    pub fn import_layers(
+        &self,
+        name: &str,
+        layers: &[(PathBuf, String)],
+        defaults: Defaults,
+        progress: ProgressFn<'_>,
+    ) -> Result<ImageMeta> {
+        validate_name(name)?;
+        let work = BuildDir::new(&self.dir, &format!("{}-layers", key(name)))?;
+        let root = work.path().join("rootfs");
+        std::fs::create_dir(&root).at(&root)?;
+        unpack_layers(layers, &root, progress)?;
+        if let Some(cwd) = &defaults.cwd {
+            make_workdir(&root, cwd);
+        }
+        self.publish(name, &root, defaults, progress)
+    }
+
     /// Makes an ext4 image of `rootfs` and imports it as a sealed layer pinned by `pin`;
     /// returns the layer and the disk size.
     fn import_rootfs(
@@ -210,7 +276,7 @@ impl Images {
         pin: &str,
         progress: ProgressFn<'_>,
     ) -> Result<(blockstore::LayerId, u64)> {
-        let work = BuildDir::new(&self.dir, &format!("{name}-img"))?;
+        let work = BuildDir::new(&self.dir, &format!("{}-img", key(name)))?;
         let image = work.path().join("root.ext4");
         let size = ext4_size(rootfs)?;
         report(progress, "mkfs", format!("{} MiB ext4", size >> 20));
@@ -245,8 +311,15 @@ impl Images {
             size,
             env: defaults.env,
             cwd: defaults.cwd.unwrap_or_else(root_dir),
+            user: defaults.user,
+            entrypoint: defaults.entrypoint,
+            cmd: defaults.cmd,
+            exposed_ports: defaults.exposed_ports,
+            labels: defaults.labels,
+            source: defaults.source,
+            digest: defaults.digest,
         };
-        let work = BuildDir::new(&self.dir, &format!("{name}-meta"))?;
+        let work = BuildDir::new(&self.dir, &format!("{}-meta", key(name)))?;
         let (path, tmp) = (self.meta_path(name), work.path().join("meta.json"));
         std::fs::write(
             &tmp,
@@ -258,15 +331,44 @@ impl Images {
     }
 }
 
-/// Defaults an image gives its sandboxes.
+/// Makes an image's working directory under `root`, as a container engine does, one plain
+/// directory at a time: a component that is a symlink or a file (the image's content is
+/// hostile) stops it, so nothing is ever made outside `root`.
+fn make_workdir(root: &Path, cwd: &str) {
+    let mut dir = root.to_path_buf();
+    for part in Path::new(cwd).components() {
+        let std::path::Component::Normal(part) = part else {
+            continue;
+        };
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return,
+            Err(_) => {
+                if std::fs::create_dir(&dir).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Defaults an image gives its sandboxes, and what it records of its origin.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Defaults {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
+    pub user: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub exposed_ports: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub source: Option<String>,
+    pub digest: Option<String>,
 }
 
 fn ref_name(image: &str) -> String {
-    format!("image-{image}")
+    format!("image-{}", key(image))
 }
 
 /// Disk size for a root filesystem: its contents plus half again and 64 MiB of room,

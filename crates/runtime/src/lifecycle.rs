@@ -291,6 +291,7 @@ fn fallback_record(ctx: &Ctx<'_>, id: &str) -> Record {
                 layer: String::new(),
                 env: Default::default(),
                 cwd: "/".into(),
+                user: None,
             },
             resources: Default::default(),
             env: Default::default(),

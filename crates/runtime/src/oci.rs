@@ -161,6 +161,19 @@ fn strings(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// The agent's command line: its socket, and the image's default user and working
+/// directory for processes whose request names none.
+fn agent_args(spec: &SandboxSpec) -> Vec<String> {
+    let mut args = vec![AGENT_PATH.into(), "--socket".into(), AGENT_SOCKET.into()];
+    if let Some(user) = &spec.image.user {
+        args.extend(["--user".into(), user.clone()]);
+    }
+    if spec.image.cwd != "/" {
+        args.extend(["--workdir".into(), spec.image.cwd.clone()]);
+    }
+    args
+}
+
 fn process(spec: &SandboxSpec, nofile: u64) -> Result<Process> {
     let caps: oci_spec::runtime::Capabilities = CAPABILITIES.iter().copied().collect();
     let capabilities = LinuxCapabilitiesBuilder::default()
@@ -194,11 +207,7 @@ fn process(spec: &SandboxSpec, nofile: u64) -> Result<Process> {
         ProcessBuilder::default()
             .terminal(false)
             .user(built(UserBuilder::default().uid(0u32).gid(0u32).build())?)
-            .args(vec![
-                AGENT_PATH.into(),
-                "--socket".into(),
-                AGENT_SOCKET.into(),
-            ])
+            .args(agent_args(spec))
             .env(env)
             .cwd("/")
             .capabilities(built(capabilities)?)
@@ -369,6 +378,7 @@ mod tests {
                 layer: "l0".into(),
                 env: [("LANG".into(), "C".into())].into(),
                 cwd: "/".into(),
+                user: None,
             },
             resources: Resources {
                 cpus: 1.5,

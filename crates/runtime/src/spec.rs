@@ -27,6 +27,9 @@ pub struct ImageRef {
     /// Default working directory.
     #[serde(default = "default_cwd")]
     pub cwd: String,
+    /// Default user of the sandbox's processes (`name`, `uid` or `uid:gid`); root if none.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 fn default_cwd() -> String {

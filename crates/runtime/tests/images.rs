@@ -68,7 +68,9 @@ fn oci_layout(dir: &Path) {
         ),
         blob(dir, "application/vnd.oci.image.layer.v1.tar", &l2),
     ];
-    let config = serde_json::json!({"config": {"Env": ["A=1", "PATH=/bin"], "WorkingDir": "/a"}});
+    let config = serde_json::json!({"architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": []},
+        "config": {"Env": ["A=1", "PATH=/bin"], "WorkingDir": "/a"}});
     let config = blob(
         dir,
         "application/vnd.oci.image.config.v1+json",

@@ -47,6 +47,12 @@ pub struct ServeArgs {
     /// Memory the pool's ready forks may hold together, in MiB (default 2048).
     #[arg(long)]
     pub pool_memory_mb: Option<u64>,
+    /// A CA (PEM file) trusted for registries beyond the system's roots (repeatable).
+    #[arg(long, value_name = "PEM")]
+    pub registry_ca: Vec<std::path::PathBuf>,
+    /// A registry (host[:port]) pulled from over plain HTTP (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub insecure_registry: Vec<String>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -68,6 +74,8 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.lazy_restore = a.lazy_restore.unwrap_or(c.lazy_restore);
     c.pool_size = a.pool_size.unwrap_or(c.pool_size);
     c.pool_memory_mb = a.pool_memory_mb.unwrap_or(c.pool_memory_mb);
+    c.registry_ca.extend(a.registry_ca);
+    c.insecure_registries.extend(a.insecure_registry);
     c.validate()?;
     Ok(c)
 }
@@ -113,11 +121,14 @@ mod tests {
             lazy_restore: Some(false),
             pool_size: Some(0),
             pool_memory_mb: None,
+            registry_ca: Vec::new(),
+            insecure_registry: vec!["127.0.0.1:5000".into()],
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
         assert!(!c.memory_merge && !c.lazy_restore);
+        assert_eq!(c.insecure_registries, ["127.0.0.1:5000"]);
         assert_eq!(
             c.socket_path(),
             std::path::PathBuf::from("/tmp/d/sandfork.sock")

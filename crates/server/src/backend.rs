@@ -53,6 +53,10 @@ pub enum BackendError {
     /// The host failed to set something up (runc, disk, network).
     #[error("{0}")]
     Host(String),
+    /// A registry could not be reached, refused the credentials, or sent something that
+    /// failed verification.
+    #[error("{0}")]
+    Registry(String),
 }
 
 /// Result of backend calls.
@@ -252,6 +256,18 @@ pub trait Backend: Send + Sync + 'static {
         req: &ImageBuild,
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage>;
+    /// Pulls image `reference` (canonical) from its registry and publishes it under that
+    /// name, reporting progress lines.
+    async fn pull_image(
+        &self,
+        _reference: &str,
+        _credentials: Option<(String, String)>,
+        _progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        Err(BackendError::Unsupported(
+            "This backend cannot pull images from registries".into(),
+        ))
+    }
     /// Removes an image by name (sandboxes using its layer keep working).
     async fn remove_image(&self, name: &str) -> BackendResult<()>;
     /// Every image the backend holds, by name (to put the store back in line after a

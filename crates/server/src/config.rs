@@ -108,6 +108,13 @@ pub struct Config {
     pub pool_memory_mb: u64,
     /// A snapshot's ready forks go once it has not been used for this long, in seconds.
     pub pool_idle_secs: u64,
+    /// PEM files of CAs trusted for registries beyond the system's roots.
+    pub registry_ca: Vec<PathBuf>,
+    /// Registries (`host[:port]`) pulled from over plain HTTP; all others over verified TLS.
+    pub insecure_registries: Vec<String>,
+    /// Pulls that name no credentials use the Docker config file's
+    /// (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`).
+    pub registry_docker_config: bool,
 }
 
 impl Default for Config {
@@ -143,6 +150,9 @@ impl Default for Config {
             pool_size: 2,
             pool_memory_mb: 2048,
             pool_idle_secs: 300,
+            registry_ca: Vec::new(),
+            insecure_registries: Vec::new(),
+            registry_docker_config: true,
         }
     }
 }

@@ -127,6 +127,7 @@ impl Error {
             Error::ShuttingDown => (503, "unavailable"),
             Error::Backend(BackendError::TimedOut(_)) => (408, "timed_out"),
             Error::Backend(BackendError::Unavailable(_)) => (503, "unavailable"),
+            Error::Backend(BackendError::Registry(_)) => (502, "registry_error"),
             Error::Backend(_) => (500, "runtime_error"),
             Error::Store(_) | Error::Ids(_) => (500, "internal"),
         }

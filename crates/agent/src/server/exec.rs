@@ -29,7 +29,7 @@ impl OutputSink for SocketSink<'_> {
 }
 
 pub async fn exec(agent: &Agent, req: ExecRequest, reader: Reader, mut writer: Writer) {
-    let child = match super::spawn::spawn(&agent.reaper, &req, &agent.base_env()) {
+    let child = match super::spawn::spawn(&agent.reaper, &req, &agent.base()) {
         Ok(c) => c,
         Err(e) => return super::wire::send_error(&mut writer, e).await,
     };

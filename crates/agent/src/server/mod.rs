@@ -50,6 +50,11 @@ pub struct Config {
     pub identity_dir: PathBuf,
     /// Largest file read or write, in bytes.
     pub max_transfer: u64,
+    /// User of processes whose request names none (the image's `User`); else root.
+    pub default_user: Option<String>,
+    /// Working directory of processes whose request names none (the image's
+    /// `WorkingDir`); else the user's home, else `/`.
+    pub default_cwd: Option<String>,
 }
 
 impl Config {
@@ -58,6 +63,8 @@ impl Config {
             socket,
             identity_dir: PathBuf::from("/etc/sandfork"),
             max_transfer: 1 << 30,
+            default_user: None,
+            default_cwd: None,
         }
     }
 }
@@ -109,13 +116,17 @@ impl Agent {
         *self.identity.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
     }
 
-    /// The environment new processes start from.
-    fn base_env(&self) -> Vec<(String, String)> {
+    /// What new processes start from: environment, default user and working directory.
+    fn base(&self) -> spawn::Base {
         let extra = self
             .identity()
             .map(|id| identity::env_of(&id))
             .unwrap_or_default();
-        self.base_env.iter().cloned().chain(extra).collect()
+        spawn::Base {
+            env: self.base_env.iter().cloned().chain(extra).collect(),
+            user: self.config.default_user.clone(),
+            cwd: self.config.default_cwd.clone(),
+        }
     }
 
     fn hello(&self) -> HelloInfo {

@@ -177,10 +177,10 @@ impl ProcTable {
         &self,
         reaper: &Reaper,
         req: SpawnRequest,
-        base_env: &[(String, String)],
+        base: &super::spawn::Base,
         supervisor: Option<Arc<Supervisor>>,
     ) -> Result<Arc<Proc>, AgentError> {
-        let child = super::spawn::spawn(reaper, &req.exec, base_env)?;
+        let child = super::spawn::spawn(reaper, &req.exec, base)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let group = Group::new(child.pid, child.exit.clone());
         let (stdin, initial) = match &req.exec.stdin {

@@ -34,12 +34,17 @@ struct Plan {
     creds: Option<Credentials>,
 }
 
-pub fn spawn(
-    reaper: &Reaper,
-    req: &ExecRequest,
-    base_env: &[(String, String)],
-) -> Result<Child, AgentError> {
-    let plan = plan(req, base_env, Path::new("/etc"))?;
+/// What every process starts from unless its request says otherwise: the base
+/// environment, and the image's default user and working directory.
+#[derive(Debug, Clone, Default)]
+pub struct Base {
+    pub env: Vec<(String, String)>,
+    pub user: Option<String>,
+    pub cwd: Option<String>,
+}
+
+pub fn spawn(reaper: &Reaper, req: &ExecRequest, base: &Base) -> Result<Child, AgentError> {
+    let plan = plan(req, base, Path::new("/etc"))?;
     let mut cmd = command(&plan, req);
     let (mut child, exit) = reaper
         .spawn(&mut cmd)
@@ -80,15 +85,16 @@ fn async_pipes(child: &mut std::process::Child, keep_stdin: bool) -> std::io::Re
     ))
 }
 
-fn plan(req: &ExecRequest, base_env: &[(String, String)], etc: &Path) -> Result<Plan, AgentError> {
+fn plan(req: &ExecRequest, base: &Base, etc: &Path) -> Result<Plan, AgentError> {
     check_strings(req)?;
     let creds = req
         .user
         .as_deref()
+        .or(base.user.as_deref())
         .map(|u| user::resolve(u, etc))
         .transpose()?;
-    let env = environment(base_env, creds.as_ref(), &req.env)?;
-    let cwd = working_dir(req.cwd.as_deref(), creds.as_ref())?;
+    let env = environment(&base.env, creds.as_ref(), &req.env)?;
+    let cwd = working_dir(req.cwd.as_deref().or(base.cwd.as_deref()), creds.as_ref())?;
     let program = find_program(&req.command, env.get("PATH").map(String::as_str), &cwd)?;
     Ok(Plan {
         program,

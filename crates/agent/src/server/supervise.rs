@@ -66,9 +66,7 @@ fn check_health(h: &HealthCheck) -> Result<(), AgentError> {
 pub fn spawn(agent: &Arc<Agent>, req: SpawnRequest) -> Result<Arc<Proc>, AgentError> {
     validate(&req)?;
     if !req.is_managed() {
-        return agent
-            .procs
-            .start(&agent.reaper, req, &agent.base_env(), None);
+        return agent.procs.start(&agent.reaper, req, &agent.base(), None);
     }
     if let Some(name) = req.name.as_deref().filter(|n| agent.procs.name_in_use(n)) {
         return Err(AgentError::new(
@@ -80,7 +78,7 @@ pub fn spawn(agent: &Arc<Agent>, req: SpawnRequest) -> Result<Arc<Proc>, AgentEr
     let run = agent.procs.start(
         &agent.reaper,
         req.clone(),
-        &agent.base_env(),
+        &agent.base(),
         Some(supervisor.clone()),
     )?;
     supervisor.state().status = ManagedStatus::Running;
@@ -123,10 +121,9 @@ async fn supervise(agent: Arc<Agent>, sup: Arc<Supervisor>, mut run: Arc<Proc>) 
                 return;
             }
             let req = run.request().clone();
-            let started =
-                agent
-                    .procs
-                    .start(&agent.reaper, req, &agent.base_env(), Some(sup.clone()));
+            let started = agent
+                .procs
+                .start(&agent.reaper, req, &agent.base(), Some(sup.clone()));
             let mut s = sup.state();
             s.restart_count += 1;
             s.next_restart_unix_ms = None;

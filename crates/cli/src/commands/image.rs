@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 
 use crate::args::ImageCommand;
-use crate::client::{encode, full, Client, Lines};
+use crate::client::{encode_segment, full, Client, Lines};
 use crate::output;
 
 pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32> {
@@ -21,6 +21,20 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
         } => {
             let body = json!({ "name": name, "builder": builder, "apt": apt, "pip": pip });
             build(client, &body, json).await
+        }
+        ImageCommand::Pull {
+            reference,
+            username,
+            password_stdin,
+        } => {
+            let mut body = json!({ "reference": reference });
+            if let (Some(user), true) = (username, password_stdin) {
+                let mut password = String::new();
+                std::io::stdin().read_line(&mut password)?;
+                body["username"] = json!(user);
+                body["password"] = json!(password.trim_end_matches(['\r', '\n']));
+            }
+            pull(client, &body, json).await
         }
         ImageCommand::Ls => list(client, json).await,
         ImageCommand::Rm { names } => remove(client, &names).await,
@@ -58,6 +72,24 @@ async fn build(client: &Client, body: &Value, json: bool) -> Result<i32> {
     Ok(0)
 }
 
+async fn pull(client: &Client, body: &Value, json: bool) -> Result<i32> {
+    let resp = client
+        .call(
+            Method::POST,
+            "/v1/images/pull",
+            "application/json",
+            full(serde_json::to_vec(body)?),
+        )
+        .await?;
+    let image = follow_build(resp, spinner(json)).await?;
+    if json {
+        output::json(&image);
+    } else {
+        println!("{} ({})", output::field(&image, "name"), size_of(&image));
+    }
+    Ok(0)
+}
+
 /// Makes sure the image a new sandbox will boot from exists: a built-in image not built
 /// yet is built now (or the build in flight joined), with its progress on a spinner.
 /// `None` is the daemon's default image.
@@ -76,7 +108,7 @@ pub async fn ensure(client: &Client, name: Option<&str>, json: bool) -> Result<(
     if present || name.is_empty() {
         return Ok(());
     }
-    let path = format!("/v1/images/{}/ensure", encode(&name));
+    let path = format!("/v1/images/{}/ensure", encode_segment(&name));
     let resp = client.call(Method::POST, &path, "", full("")).await?;
     follow_build(resp, spinner(json)).await.map(drop)
 }
@@ -138,7 +170,7 @@ async fn list(client: &Client, json: bool) -> Result<i32> {
 async fn remove(client: &Client, names: &[String]) -> Result<i32> {
     let mut code = 0;
     for n in names {
-        let path = format!("/v1/images/{}", encode(n));
+        let path = format!("/v1/images/{}", encode_segment(n));
         match client
             .json::<Value>(Method::DELETE, &path, None::<&()>)
             .await

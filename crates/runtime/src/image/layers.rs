@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use oci_spec::image::ImageConfiguration;
 use serde::Deserialize;
 
 use super::{report, unpack, Defaults, ProgressFn};
@@ -32,24 +33,8 @@ struct Manifest {
     layers: Vec<Descriptor>,
 }
 
-/// The image config blob: lowercase at the top, Docker-style PascalCase inside `config`.
-#[derive(Deserialize, Default)]
-struct ImageConfig {
-    #[serde(default)]
-    config: Option<RunConfig>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "PascalCase")]
-struct RunConfig {
-    #[serde(default)]
-    env: Option<Vec<String>>,
-    #[serde(default)]
-    working_dir: Option<String>,
-}
-
 /// Applies the layers of the first image in an OCI image layout directory to `root`, in
-/// order, honouring whiteouts. Returns the image's default env and working directory.
+/// order, honouring whiteouts. Returns what the image's config gives its sandboxes.
 pub fn import_oci_layout(layout: &Path, root: &Path, progress: ProgressFn<'_>) -> Result<Defaults> {
     let index: Index = read_json(&layout.join("index.json"))?;
     let first = index
@@ -57,30 +42,65 @@ pub fn import_oci_layout(layout: &Path, root: &Path, progress: ProgressFn<'_>) -
         .first()
         .ok_or_else(|| bad("index.json lists no manifest"))?;
     let manifest: Manifest = read_json(&blob(layout, &first.digest)?)?;
-    let n = manifest.layers.len();
-    for (i, layer) in manifest.layers.iter().enumerate() {
-        report(progress, "layer", format!("{}/{n} {}", i + 1, layer.digest));
-        let media = layer.media_type.as_deref().unwrap_or("");
+    let layers = manifest
+        .layers
+        .iter()
+        .map(|l| {
+            Ok((
+                blob(layout, &l.digest)?,
+                l.media_type.clone().unwrap_or_default(),
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    unpack_layers(&layers, root, progress)?;
+    let config: ImageConfiguration = read_json(&blob(layout, &manifest.config.digest)?)?;
+    Ok(defaults_of(&config))
+}
+
+/// Applies image layers (a tar blob and its media type each, bottom first) to `root`,
+/// honouring whiteouts.
+pub fn unpack_layers(
+    layers: &[(PathBuf, String)],
+    root: &Path,
+    progress: ProgressFn<'_>,
+) -> Result<()> {
+    let n = layers.len();
+    for (i, (path, media)) in layers.iter().enumerate() {
+        report(progress, "layer", format!("{}/{n} unpacking", i + 1));
         if media.contains("zstd") {
             return Err(bad("zstd-compressed layers are not supported"));
         }
-        unpack_layer(&blob(layout, &layer.digest)?, root, true)?;
+        unpack_layer(path, root, true)?;
     }
-    let config: ImageConfig = read_json(&blob(layout, &manifest.config.digest)?)?;
-    Ok(defaults(config.config.unwrap_or_default()))
+    Ok(())
 }
 
-fn defaults(c: RunConfig) -> Defaults {
+/// What an OCI image config gives the sandboxes of the image: environment, working
+/// directory, user, entrypoint and command, declared ports and labels.
+pub fn defaults_of(config: &ImageConfiguration) -> Defaults {
+    let Some(c) = config.config() else {
+        return Defaults::default();
+    };
     let env = c
-        .env
+        .env()
+        .clone()
         .unwrap_or_default()
         .iter()
         .filter_map(|e| e.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect::<BTreeMap<_, _>>();
+    let mut ports = c.exposed_ports().clone().unwrap_or_default();
+    ports.sort();
     Defaults {
         env,
-        cwd: c.working_dir.filter(|w| w.starts_with('/')),
+        cwd: c.working_dir().clone().filter(|w| w.starts_with('/')),
+        user: c.user().clone().filter(|u| !u.is_empty()),
+        entrypoint: c.entrypoint().clone().unwrap_or_default(),
+        cmd: c.cmd().clone().unwrap_or_default(),
+        exposed_ports: ports,
+        labels: c.labels().clone().unwrap_or_default().into_iter().collect(),
+        source: None,
+        digest: None,
     }
 }
 

@@ -44,6 +44,7 @@ pub(crate) fn spec(id: &str, network: NetworkMode) -> SandboxSpec {
             layer: "L".into(),
             env: Default::default(),
             cwd: "/".into(),
+            user: None,
         },
         resources: Resources::default(),
         env: Default::default(),

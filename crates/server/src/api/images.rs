@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::extract::ApiJson;
 use super::{ApiResult, AppState};
 use crate::manager::{validate_build, BUILDERS};
-use api_types::{BuildEvent, BuildImage, ErrorBody, ImageList};
+use api_types::{BuildEvent, BuildImage, ErrorBody, ImageList, PullImage};
 
 /// List images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
@@ -42,13 +42,36 @@ pub async fn build(
     responses((status = 200, body = BuildEvent, content_type = "application/x-ndjson"),
         (status = 404, body = ErrorBody)))]
 pub async fn ensure(State(m): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    // An unknown name is a 404 before any stream starts (ensure_image answers it at once).
-    if !BUILDERS.contains(&name.as_str()) {
+    // An unknown name is a 404 before any stream starts (ensure_image answers it at once);
+    // a registry reference is pulled while the stream runs.
+    if registry::looks_like_reference(&name) {
+        registry::canonical(&name)
+            .map_err(|e| crate::error::Error::InvalidArgument(model::error_chain(&e)))?;
+    } else if !BUILDERS.contains(&name.as_str()) {
         let (progress, _) = mpsc::channel(1);
         m.ensure_image(&name, progress).await?;
     }
     Ok(stream_build(move |progress| async move {
         m.ensure_image(&name, progress).await
+    }))
+}
+
+/// Pull an image from an OCI registry (`docker.io/library/python:3.12-slim`,
+/// `registry.example:5000/team/app@sha256:…`), recorded under its canonical reference.
+/// Every blob is verified against its digest. Progress streams as NDJSON and the last
+/// line is `done` or `error` (`not_found`, `registry_error` for unreachable registries,
+/// refused credentials or blobs that fail verification).
+#[utoipa::path(post, path = "/v1/images/pull", tag = "images", request_body = PullImage,
+    responses((status = 200, body = BuildEvent, content_type = "application/x-ndjson"),
+        (status = 400, body = ErrorBody)))]
+pub async fn pull(
+    State(m): State<AppState>,
+    ApiJson(req): ApiJson<PullImage>,
+) -> ApiResult<Response> {
+    registry::canonical(&req.reference)
+        .map_err(|e| crate::error::Error::InvalidArgument(model::error_chain(&e)))?;
+    Ok(stream_build(move |progress| async move {
+        m.pull_image(req, progress).await
     }))
 }
 

@@ -177,6 +177,7 @@ fn other_routes() -> Router<AppState> {
         .route("/v1/images", get(images::list).post(images::build))
         .route("/v1/images/{name}", axum::routing::delete(images::delete))
         .route("/v1/images/{name}/ensure", post(images::ensure))
+        .route("/v1/images/pull", post(images::pull))
         .route("/v1/health", get(system::health))
         .route("/v1/openapi.json", get(system::openapi))
         .route("/metrics", get(system::metrics))

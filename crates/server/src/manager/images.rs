@@ -7,7 +7,12 @@ use tokio::sync::mpsc;
 use super::{lock, now_rfc3339, Manager};
 use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
-use api_types::{BuildImage, Image};
+use api_types::{BuildImage, Image, PullImage};
+
+/// The canonical form of a registry reference, or why it is none.
+fn canonical(reference: &str) -> Result<String> {
+    registry::canonical(reference).map_err(|e| Error::InvalidArgument(model::error_chain(&e)))
+}
 
 /// Builders the runtime offers.
 pub const BUILDERS: [&str; 4] = ["busybox", "debian", "python", "browser"];
@@ -160,7 +165,11 @@ impl Manager {
 
     /// Removes an image name. Sandboxes using it keep their disks (layers are shared).
     pub async fn delete_image(&self, name: &str) -> Result<()> {
-        let Some(image) = self.store.image(name.to_string()).await? else {
+        let mut found = self.store.image(name.to_string()).await?;
+        if found.is_none() && registry::looks_like_reference(name) {
+            found = self.store.image(canonical(name)?).await?;
+        }
+        let Some(image) = found else {
             return Err(Error::NotFound(format!("Image {name} not found")));
         };
         self.store.delete_image(name.to_string()).await?;
@@ -187,6 +196,13 @@ impl Manager {
         if let Some(i) = self.store.image(name.to_string()).await? {
             return Ok(i);
         }
+        if registry::looks_like_reference(name) {
+            let reference = canonical(name)?;
+            if let Some(i) = self.store.image(reference.clone()).await? {
+                return Ok(i);
+            }
+            return self.shared_pull(&reference, None).follow(progress).await;
+        }
         if !BUILDERS.contains(&name) {
             return Err(Error::NotFound(format!(
                 "Image {name} not found (built-in images: {}; build others with `sandfork image build`)",
@@ -194,6 +210,92 @@ impl Manager {
             )));
         }
         self.shared_build(name).follow(progress).await
+    }
+
+    /// Pulls an image from its registry (again, when it is here already: tags move) and
+    /// records it under its canonical reference. A pull of the same reference in flight
+    /// is joined rather than repeated.
+    pub async fn pull_image(
+        &self,
+        req: PullImage,
+        progress: mpsc::Sender<String>,
+    ) -> Result<Image> {
+        self.check_open()?;
+        let reference = canonical(&req.reference)?;
+        let credentials = match (req.username, req.password) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "username and password go together".into(),
+                ))
+            }
+        };
+        self.shared_pull(&reference, credentials)
+            .follow(progress)
+            .await
+    }
+
+    /// The pull of `reference` in flight, started if there is none.
+    fn shared_pull(
+        &self,
+        reference: &str,
+        credentials: Option<(String, String)>,
+    ) -> Arc<SharedBuild> {
+        let key = format!("pull {reference}");
+        let mut builds = lock(&self.shared_builds);
+        if let Some(b) = builds.get(&key) {
+            return b.clone();
+        }
+        let pull = Arc::new(SharedBuild::default());
+        builds.insert(key.clone(), pull.clone());
+        let (me, reference, p) = (self.weak_self(), reference.to_string(), pull.clone());
+        tokio::spawn(async move {
+            let Some(m) = me.upgrade() else { return };
+            let result = m.pull_locked(&reference, credentials, &p).await;
+            lock(&m.shared_builds).remove(&key);
+            p.finish(result);
+        });
+        pull
+    }
+
+    async fn pull_locked(
+        &self,
+        reference: &str,
+        credentials: Option<(String, String)>,
+        pull: &Arc<SharedBuild>,
+    ) -> Result<Image> {
+        let _build = self.image_builds.lock().await;
+        let (tx, mut rx) = mpsc::channel::<String>(64);
+        let log = pull.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                log.push(line);
+            }
+        });
+        let existed = self.store.image(reference.to_string()).await?.is_some();
+        let pulled = self.backend.pull_image(reference, credentials, tx).await;
+        let _ = forward.await;
+        let built = match pulled {
+            Ok(built) => built,
+            Err(e) => {
+                self.undo_build(reference, existed).await;
+                return Err(e.into());
+            }
+        };
+        let image = Image {
+            name: reference.to_string(),
+            layer_id: built.layer_id,
+            size_bytes: built.size_bytes,
+            created_at: now_rfc3339(),
+            builder: "pull".into(),
+        };
+        if let Err(e) = self.store.put_image(image.clone()).await {
+            self.undo_build(&image.name, existed).await;
+            return Err(e.into());
+        }
+        tracing::info!(image = %image.name, layer = %image.layer_id, "image pulled");
+        Ok(image)
     }
 
     /// The build of built-in image `name` in flight, started if there is none.

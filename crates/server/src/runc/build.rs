@@ -85,6 +85,7 @@ impl RuncBackend {
                 layer: plan.base.to_string(),
                 env: plan.defaults.env.clone(),
                 cwd: "/".into(),
+                user: None,
             },
             resources: Resources {
                 cpus: 2.0,

@@ -23,6 +23,7 @@ use crate::config::Config;
 
 mod build;
 mod errors;
+mod pull;
 mod snapshots;
 mod streams;
 
@@ -37,6 +38,8 @@ pub struct RuncBackend {
     agents: Mutex<HashMap<String, AgentClient>>,
     /// Sandboxes are marked mergeable (`Config::memory_merge`).
     memory_merge: bool,
+    /// Pulls images from registries into `<data>/blobs`.
+    puller: Arc<registry::Puller>,
 }
 
 impl RuncBackend {
@@ -67,7 +70,15 @@ impl RuncBackend {
             .with_memory_merge(config.memory_merge)
             .with_lazy_pages(lazy);
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
+        let blobs = registry::BlobStore::open(data.join("blobs"))
+            .map_err(|e| BackendError::Host(model::error_chain(&e)))?;
+        let registries = registry::RegistryConfig {
+            ca_certs: config.registry_ca.clone(),
+            insecure: config.insecure_registries.clone(),
+            docker_config: config.registry_docker_config,
+        };
         Ok(RuncBackend {
+            puller: Arc::new(registry::Puller::new(registries, blobs)),
             memory_merge: config.memory_merge,
             data_dir: data,
             runtime,
@@ -100,6 +111,7 @@ impl RuncBackend {
                 layer: i.layer_id.clone(),
                 env: BTreeMap::new(),
                 cwd: "/".into(),
+                user: None,
             },
         }
     }
@@ -416,6 +428,15 @@ impl Backend for RuncBackend {
             pip: req.pip.clone(),
         };
         self.build(spec, progress).await
+    }
+
+    async fn pull_image(
+        &self,
+        reference: &str,
+        credentials: Option<(String, String)>,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        self.pull(reference, credentials, progress).await
     }
 
     async fn remove_image(&self, name: &str) -> BackendResult<()> {

@@ -1,0 +1,425 @@
+//! Pulling images from OCI registries.
+//!
+//! The registry protocol (token and basic auth, manifests, image indexes, blobs) is
+//! `oci-client`'s and the image format `oci-spec`'s; this crate adds what a sandbox
+//! platform needs around them: Docker-style reference names, credentials from the caller
+//! or the Docker config file, TLS with extra CAs and plain HTTP only for registries named
+//! insecure, the host's platform chosen from an index, and a [`BlobStore`] into which
+//! only blobs that match their digest and declared size are ever moved. Everything a
+//! registry sends is treated as hostile; unpacking layers is the runtime's job.
+
+mod blobs;
+mod error;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use oci_spec::image::{Arch, ImageConfiguration, Os};
+
+pub use blobs::{BlobStore, BlobWriter, Digest};
+pub use error::{PullError, Result};
+
+/// Layer media types this platform unpacks (tar, gzip-compressed or not).
+const LAYER_TYPES: [&str; 4] = [
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.docker.image.rootfs.diff.tar",
+];
+
+/// How the daemon reaches registries.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryConfig {
+    /// PEM files of CAs trusted beyond the system's roots.
+    pub ca_certs: Vec<PathBuf>,
+    /// Registries (`host[:port]`) reached over plain HTTP; every other one over verified TLS.
+    pub insecure: Vec<String>,
+    /// Look up credentials in the Docker config file (`$DOCKER_CONFIG/config.json`,
+    /// else `~/.docker/config.json`) when a pull names none.
+    pub docker_config: bool,
+}
+
+/// Credentials for one pull (basic auth; a registry's token flow is run with them).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, ***)", self.username)
+    }
+}
+
+/// A pulled image: every blob verified and in the blob store.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The canonical reference (`registry/repository:tag` or `…@digest`).
+    pub reference: String,
+    /// The digest of the platform's image manifest.
+    pub digest: Digest,
+    pub config: ImageConfiguration,
+    /// Bottom layer first.
+    pub layers: Vec<PulledLayer>,
+}
+
+/// One layer blob of a pulled image.
+#[derive(Debug, Clone)]
+pub struct PulledLayer {
+    pub digest: Digest,
+    pub media_type: String,
+    pub size: u64,
+    pub path: PathBuf,
+}
+
+/// The canonical form of an image reference, Docker-style: `python:3.12-slim` is
+/// `docker.io/library/python:3.12-slim`, a name without tag or digest gets `:latest`.
+pub fn canonical(reference: &str) -> Result<String> {
+    parse(reference).map(|r| r.to_string())
+}
+
+/// Whether `name` reads as a registry reference rather than a local image name: it has a
+/// registry, a repository path, a tag or a digest.
+pub fn looks_like_reference(name: &str) -> bool {
+    name.contains(['/', ':', '@'])
+}
+
+fn parse(reference: &str) -> Result<Reference> {
+    let bad = |reason: String| PullError::BadReference {
+        reference: reference.into(),
+        reason,
+    };
+    if reference.len() > 255
+        || reference
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(bad("at most 255 characters, no spaces".into()));
+    }
+    let r = Reference::from_str(reference).map_err(|e| bad(e.to_string()))?;
+    if let Some(d) = r.digest() {
+        Digest::parse(d)?;
+    }
+    Ok(r)
+}
+
+/// Pulls images into a blob store.
+pub struct Puller {
+    config: RegistryConfig,
+    blobs: BlobStore,
+}
+
+impl Puller {
+    pub fn new(config: RegistryConfig, blobs: BlobStore) -> Puller {
+        Puller { config, blobs }
+    }
+
+    pub fn blobs(&self) -> &BlobStore {
+        &self.blobs
+    }
+
+    /// Pulls `reference` (manifest, config, layers), reporting progress lines. Blobs
+    /// already in the store are not fetched again.
+    pub async fn pull(
+        &self,
+        reference: &str,
+        credentials: Option<&Credentials>,
+        progress: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<Pulled> {
+        let r = parse(reference)?;
+        let canonical = r.to_string();
+        let auth = self.auth(&r, credentials)?;
+        let client = self.client()?;
+        progress(format!("resolving {canonical}"));
+        let (manifest, digest, config) = client
+            .pull_manifest_and_config(&r, &auth)
+            .await
+            .map_err(|e| client_error(&r, e))?;
+        let digest = Digest::parse(&digest)?;
+        let config_digest = Digest::parse(&manifest.config.digest)?;
+        self.blobs.put(&config_digest, config.as_bytes())?;
+        let config = image_config(&canonical, &config)?;
+        progress(format!(
+            "manifest {digest}: {} layer(s), {}/{}",
+            manifest.layers.len(),
+            config.os(),
+            config.architecture()
+        ));
+        let mut layers = Vec::new();
+        for (i, layer) in manifest.layers.iter().enumerate() {
+            let n = manifest.layers.len();
+            layers.push(self.layer(&client, &r, layer, i + 1, n, progress).await?);
+        }
+        Ok(Pulled {
+            reference: canonical,
+            digest,
+            config,
+            layers,
+        })
+    }
+
+    async fn layer(
+        &self,
+        client: &Client,
+        r: &Reference,
+        layer: &OciDescriptor,
+        i: usize,
+        n: usize,
+        progress: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<PulledLayer> {
+        if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
+            return Err(PullError::UnsupportedMediaType {
+                what: "layer",
+                media_type: layer.media_type.clone(),
+            });
+        }
+        let digest = Digest::parse(&layer.digest)?;
+        let size = u64::try_from(layer.size).map_err(|_| PullError::SizeMismatch {
+            digest: digest.to_string(),
+            expected: 0,
+            actual: 0,
+        })?;
+        if self.blobs.has(&digest) {
+            progress(format!("layer {i}/{n} {digest}: already here"));
+        } else {
+            progress(format!("layer {i}/{n} {digest}: fetching {size} bytes"));
+            let mut w = self.blobs.writer(&digest, size).await?;
+            client
+                .pull_blob(r, layer, &mut w)
+                .await
+                .map_err(|e| client_error(r, e))?;
+            w.finish().await?;
+        }
+        Ok(PulledLayer {
+            path: self.blobs.path(&digest),
+            digest,
+            media_type: layer.media_type.clone(),
+            size,
+        })
+    }
+
+    /// A client for one pull: its token cache then holds only this pull's credentials.
+    fn client(&self) -> Result<Client> {
+        // reqwest's TLS runs on the process's rustls provider: ring, as the daemon's own
+        // listener. Installing it again fails harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut extra = Vec::new();
+        for path in &self.config.ca_certs {
+            let data = std::fs::read(path).map_err(|e| PullError::Certificate {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+            extra.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            });
+        }
+        let protocol = if self.config.insecure.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(self.config.insecure.clone())
+        };
+        Ok(Client::new(ClientConfig {
+            protocol,
+            extra_root_certificates: extra,
+            platform_resolver: Some(Box::new(host_platform)),
+            connect_timeout: Some(Duration::from_secs(15)),
+            read_timeout: Some(Duration::from_secs(120)),
+            user_agent: concat!("sandfork/", env!("CARGO_PKG_VERSION")),
+            ..ClientConfig::default()
+        }))
+    }
+
+    fn auth(&self, r: &Reference, credentials: Option<&Credentials>) -> Result<RegistryAuth> {
+        if let Some(c) = credentials {
+            return Ok(RegistryAuth::Basic(c.username.clone(), c.password.clone()));
+        }
+        if !self.config.docker_config {
+            return Ok(RegistryAuth::Anonymous);
+        }
+        let registry = r.registry();
+        let mut keys = vec![registry.to_string()];
+        if registry == "docker.io" {
+            keys.push("https://index.docker.io/v1/".into());
+        }
+        for key in keys {
+            use docker_credential::{CredentialRetrievalError as E, DockerCredential as C};
+            match docker_credential::get_credential(&key) {
+                Ok(C::UsernamePassword(u, p)) => return Ok(RegistryAuth::Basic(u, p)),
+                Ok(C::IdentityToken(t)) => return Ok(RegistryAuth::Bearer(t)),
+                Err(E::NoCredentialConfigured | E::ConfigNotFound | E::ConfigReadError) => {}
+                Err(e) => {
+                    return Err(PullError::Credentials {
+                        registry: registry.into(),
+                        detail: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(RegistryAuth::Anonymous)
+    }
+}
+
+/// Picks the host's platform (linux and this build's architecture) from an index.
+fn host_platform(manifests: &[ImageIndexEntry]) -> Option<String> {
+    manifests
+        .iter()
+        .find(|m| {
+            m.platform
+                .as_ref()
+                .is_some_and(|p| p.os == Os::Linux && p.architecture == Arch::default())
+        })
+        .map(|m| m.digest.clone())
+}
+
+fn image_config(reference: &str, json: &str) -> Result<ImageConfiguration> {
+    let bad = |reason: String| PullError::BadConfig {
+        reference: reference.into(),
+        reason,
+    };
+    let config: ImageConfiguration = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+    if *config.os() != Os::Linux {
+        return Err(bad(format!("built for {}, not linux", config.os())));
+    }
+    if *config.architecture() != Arch::default() {
+        return Err(bad(format!(
+            "built for {}, this host runs {}",
+            config.architecture(),
+            Arch::default()
+        )));
+    }
+    Ok(config)
+}
+
+/// Turns the client's error into a cause the caller can act on.
+fn client_error(r: &Reference, e: OciDistributionError) -> PullError {
+    let reference = r.to_string();
+    let registry = r.registry().to_string();
+    let unauthorized = |detail: String| PullError::Unauthorized {
+        registry: registry.clone(),
+        reference: reference.clone(),
+        detail,
+    };
+    match e {
+        OciDistributionError::ImageManifestNotFoundError(detail)
+            if detail.contains("no entry found in image index") =>
+        {
+            PullError::NoPlatform {
+                reference,
+                platform: format!("linux/{}", Arch::default()),
+                offered: "none matching".into(),
+            }
+        }
+        OciDistributionError::ImageManifestNotFoundError(_) => PullError::NotFound(reference),
+        OciDistributionError::AuthenticationFailure(d) => unauthorized(d),
+        OciDistributionError::UnauthorizedError { url } => unauthorized(url),
+        OciDistributionError::RegistryError { envelope, .. } => {
+            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+            let detail = envelope.to_string();
+            if codes.iter().any(|c| {
+                matches!(
+                    c,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::NotFound
+                        | OciErrorCode::BlobUnknown
+                )
+            }) {
+                PullError::NotFound(reference)
+            } else if codes
+                .iter()
+                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+            {
+                unauthorized(detail)
+            } else {
+                PullError::Protocol { reference, detail }
+            }
+        }
+        OciDistributionError::ServerError { code: 404, .. } => PullError::NotFound(reference),
+        OciDistributionError::ServerError {
+            code: 401 | 403,
+            message,
+            ..
+        } => unauthorized(message),
+        OciDistributionError::DigestError(d) => PullError::DigestMismatch {
+            expected: "the digest the registry named".into(),
+            actual: d.to_string(),
+        },
+        OciDistributionError::RequestError(e) => PullError::Unreachable {
+            registry,
+            detail: chain(&e),
+        },
+        OciDistributionError::IoError(e) => PullError::Unreachable {
+            registry,
+            detail: e.to_string(),
+        },
+        other => PullError::Protocol {
+            reference,
+            detail: chain(&other),
+        },
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_resolve_as_docker_does() {
+        assert_eq!(
+            canonical("python:3.12-slim").unwrap(),
+            "docker.io/library/python:3.12-slim"
+        );
+        assert_eq!(
+            canonical("alpine").unwrap(),
+            "docker.io/library/alpine:latest"
+        );
+        assert_eq!(
+            canonical("127.0.0.1:5000/team/app:v1").unwrap(),
+            "127.0.0.1:5000/team/app:v1"
+        );
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            canonical(&format!("ghcr.io/o/r@{d}")).unwrap(),
+            format!("ghcr.io/o/r@{d}")
+        );
+        for bad in ["", "team/Upper", "a b", "x@sha256:123", "x@md5:abc"] {
+            assert!(canonical(bad).is_err(), "{bad}");
+        }
+        assert!(looks_like_reference("python:3.12"));
+        assert!(looks_like_reference("ghcr.io/o/r"));
+        assert!(!looks_like_reference("python"));
+    }
+
+    #[test]
+    fn foreign_configs_are_refused() {
+        let arch = Arch::default().to_string();
+        let ok = format!(
+            r#"{{"os":"linux","architecture":"{arch}","rootfs":{{"type":"layers","diff_ids":[]}}}}"#
+        );
+        image_config("r", &ok).unwrap();
+        let windows = ok.replace("linux", "windows");
+        assert!(image_config("r", &windows).is_err());
+        let other = ok.replace(&format!("\"{arch}\""), "\"s390x\"");
+        assert!(image_config("r", &other).is_err());
+        assert!(image_config("r", "{").is_err());
+    }
+}
