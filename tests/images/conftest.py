@@ -44,20 +44,27 @@ def free_port() -> int:
 
 
 class Registry:
-    """A distribution registry on 127.0.0.1 with its storage in a temporary directory."""
+    """A distribution registry on 127.0.0.1 with its storage in a temporary directory;
+    with ``tls`` (certificate, key) it serves HTTPS, with ``htpasswd`` it wants basic auth."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tls: Optional[Tuple[Path, Path]] = None, htpasswd: Optional[Path] = None) -> None:
         self.root = root
         self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.storage = root / "storage"
+        self.tls = tls
         config = root / "config.yml"
-        config.write_text(
+        text = (
             "version: 0.1\n"
             "log:\n  level: warn\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.storage}\n  delete:\n    enabled: true\n"
             f"http:\n  addr: {self.host}\n"
         )
+        if tls:
+            text += f"  tls:\n    certificate: {tls[0]}\n    key: {tls[1]}\n"
+        if htpasswd:
+            text += f"auth:\n  htpasswd:\n    realm: test\n    path: {htpasswd}\n"
+        config.write_text(text)
         self.log = open(root / "registry.log", "wb")
         self.process = subprocess.Popen(
             ["docker-registry", "serve", str(config)], stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -65,19 +72,22 @@ class Registry:
         deadline = time.monotonic() + 20
         while True:
             try:
-                urllib.request.urlopen(f"http://{self.host}/v2/", timeout=1).read()
-                break
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"registry did not start: {(root / 'registry.log').read_text()}")
                 time.sleep(0.1)
 
-    def push(self, layout: Path, ref: str) -> None:
-        """Pushes the OCI layout's image to ``<registry>/<ref>`` with skopeo."""
-        subprocess.run(
-            ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"oci:{layout}", f"docker://{self.host}/{ref}"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+    def push(self, layout: Path, ref: str, creds: Optional[str] = None, all_platforms: bool = False) -> None:
+        """Pushes the OCI layout's image (or index, with ``all_platforms``) to
+        ``<registry>/<ref>`` with skopeo."""
+        args = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false"]
+        if creds:
+            args += ["--dest-creds", creds]
+        if all_platforms:
+            args += ["--all"]
+        subprocess.run([*args, f"oci:{layout}", f"docker://{self.host}/{ref}"], check=True, capture_output=True)
 
     def blob_path(self, digest: str) -> Path:
         hexd = digest.split(":", 1)[1]
@@ -154,6 +164,55 @@ def oci_layout(dest: Path, layers: List[bytes], config: Dict, arch: Optional[str
     return dest, m_digest
 
 
+def oci_index_layout(dest: Path, images: Dict[str, Tuple[List[bytes], Dict]]) -> Path:
+    """Writes an OCI layout whose one entry is an image index with one image per
+    architecture (``arch`` → (layers, config))."""
+    entries = []
+    for arch, (layers, config) in images.items():
+        sub, digest = oci_layout(dest / f".{arch}", layers, config, arch)
+        for blob in (sub / "blobs" / "sha256").iterdir():
+            target = dest / "blobs" / "sha256" / blob.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(blob, target)
+        size = (dest / "blobs" / "sha256" / digest.split(":")[1]).stat().st_size
+        entries.append({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": size,
+            "platform": {"architecture": arch, "os": "linux"},
+        })  # fmt: skip
+        shutil.rmtree(sub)
+    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries}).encode()
+    d = hashlib.sha256(index).hexdigest()
+    (dest / "blobs" / "sha256" / d).write_bytes(index)
+    top = {"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.index.v1+json", "digest": f"sha256:{d}", "size": len(index)}]}
+    (dest / "index.json").write_text(json.dumps(top))
+    (dest / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    return dest
+
+
+def make_tls(root: Path) -> Tuple[Path, Path, Path]:
+    """A CA and a certificate for 127.0.0.1 signed by it: (ca.pem, cert.pem, key.pem)."""
+    ca_key, ca, key, csr, cert = (root / n for n in ("ca.key", "ca.pem", "key.pem", "req.csr", "cert.pem"))
+    ext = root / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    run = lambda *a: subprocess.run(["openssl", *a], check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca), "-days", "2", "-subj", "/CN=sandfork test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=127.0.0.1")
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(ext))
+    return ca, cert, key
+
+
+def htpasswd(path: Path, user: str, password: str) -> Path:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+
+    hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH)).replace("$2b$", "$2a$", 1)
+    path.write_text(f"{user}:{hashed}\n")
+    return path
+
+
 @pytest.fixture(scope="session")
 def workdir() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="sfimg-"))
@@ -171,6 +230,22 @@ def registry(workdir: Path) -> Iterator[Registry]:
     root = workdir / "registry"
     root.mkdir()
     r = Registry(root)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture(scope="session")
+def private_registry(workdir: Path, registry: Registry) -> Iterator[Registry]:
+    """A registry over TLS with a self-signed CA, wanting basic auth (user ``tester``)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs openssl")
+    root = workdir / "private"
+    root.mkdir()
+    ca, cert, key = make_tls(root)
+    r = Registry(root, tls=(cert, key), htpasswd=htpasswd(root / "htpasswd", "tester", "s3cret"))
+    r.ca = ca  # type: ignore[attr-defined]
     try:
         yield r
     finally:
@@ -197,13 +272,14 @@ def base_layer(workdir: Path) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def daemon(registry: Registry) -> Iterator[Daemon]:
+def daemon(registry: Registry, private_registry: Registry) -> Iterator[Daemon]:
     if os.geteuid() != 0:
         pytest.skip("needs root (runc, loop devices)")
     binary = daemon_binary()
     if binary is None or not implements_serve(binary):
         pytest.skip("the sandfork daemon is not built (cargo build -p sandfork, or set SANDFORK_BIN)")
-    d = start_daemon(binary, ["--insecure-registry", registry.host, "--pool-size", "0"])
+    args = ["--insecure-registry", registry.host, "--registry-ca", str(private_registry.ca), "--pool-size", "0"]  # type: ignore[attr-defined]
+    d = start_daemon(binary, args)
     try:
         wait_healthy(d)
         with url_in_env(d):

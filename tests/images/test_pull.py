@@ -8,6 +8,7 @@ import platform
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
 
@@ -117,3 +118,81 @@ def test_a_layer_escaping_the_root_is_refused(daemon, registry: Registry, base_l
     assert "unsafe path" in out.stderr, out.stderr
     assert image_names(daemon) == before
     assert not (daemon.data_dir / "escaped").exists()
+
+
+def test_pull_with_basic_auth_over_tls(daemon, private_registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    from sandfork import Image
+
+    layout, _ = oci_layout(workdir / "private", [base_layer, tar_layer({"secret.txt": b"private\n"})], {}, ARCH)
+    private_registry.push(layout, "team/private:1", creds="tester:s3cret")
+    ref = f"{private_registry.host}/team/private:1"
+    before = image_names(daemon)
+
+    with pytest.raises(SandforkError) as e:
+        Image.pull(ref)
+    assert e.value.code == "registry_error" and "refused the credentials" in str(e.value), str(e.value)
+    with pytest.raises(SandforkError) as e:
+        Image.pull(ref, username="tester", password="wrong")
+    assert "refused the credentials" in str(e.value), str(e.value)
+    assert image_names(daemon) == before
+
+    lines = []
+    image = Image.pull(ref, username="tester", password="s3cret", on_progress=lines.append)
+    assert image.name == ref and image.builder == "pull"
+    assert image.digest and image.digest.startswith("sha256:") and image.source == ref
+    assert any("layer 2/2" in l for l in lines), lines
+    with Sandbox.create(image=ref) as sb:
+        assert sb.run("cat", ["/secret.txt"]).stdout.strip() == "private"
+    image.delete()
+
+
+def test_an_index_gives_the_hosts_platform(daemon, registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    from conftest import oci_index_layout
+    from sandfork import Image
+
+    other = "arm64" if ARCH != "arm64" else "amd64"
+    layout = oci_index_layout(workdir / "multi", {
+        ARCH: ([base_layer, tar_layer({"arch": ARCH.encode()})], {"Labels": {"arch": ARCH}}),
+        other: ([tar_layer({"arch": other.encode()})], {"Labels": {"arch": other}}),
+    })  # fmt: skip
+    registry.push(layout, "multi/arch:1", all_platforms=True)
+    image = Image.pull(f"{registry.host}/multi/arch:1")
+    assert image.labels == {"arch": ARCH}
+    with Sandbox.create(image=image.name) as sb:
+        assert sb.run("cat", ["/arch"]).stdout == ARCH
+    image.delete()
+
+
+def test_images_sharing_a_base_fetch_it_once_and_concurrent_pulls_share_the_work(
+    daemon, registry: Registry, base_layer: bytes, workdir: Path
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sandfork import Image
+
+    for name in ("one", "two"):
+        layout, _ = oci_layout(workdir / f"pair-{name}", [base_layer, tar_layer({f"{name}.txt": name.encode()})], {}, ARCH)
+        registry.push(layout, f"pair/{name}:1")
+    first = f"{registry.host}/pair/one:1"
+    logs: Dict[int, List[str]] = {0: [], 1: [], 2: []}
+    with ThreadPoolExecutor(3) as pool:
+        pulled = list(pool.map(lambda i: Image.pull(first, on_progress=logs[i].append), range(3)))
+    assert {p.name for p in pulled} == {first}
+    # The blob was fetched once: a pull either joined the one in flight (and saw all of
+    # its progress, the same lines) or came after it and found the blobs here.
+    fetching = [l for l in logs[0] + logs[1] + logs[2] if "layer 2/2" in l and "fetching" in l]
+    assert fetching, logs
+    for i in logs:
+        joined = logs[i] == logs[0] or any("fetching" in l for l in logs[i])
+        later = any("layer 2/2" in l and "already here" in l for l in logs[i])
+        assert joined or later, logs
+    runs = sum(1 for i in logs if not any("already here" in l and "layer 2/2" in l for l in logs[i]))
+    distinct_runs = {tuple(logs[i]) for i in logs if any("layer 2/2" in l and "fetching" in l for l in logs[i])}
+    assert len(distinct_runs) == 1 and runs >= 1, logs
+
+    lines: List[str] = []
+    Image.pull(f"{registry.host}/pair/two:1", on_progress=lines.append)
+    assert any("layer 1/2" in l and "already here" in l for l in lines), lines
+    assert any("layer 2/2" in l and "fetching" in l for l in lines), lines
+    for name in ("one", "two"):
+        Image.get(f"{registry.host}/pair/{name}:1").delete()

@@ -540,6 +540,26 @@ pub struct Image {
     pub builder: String,
 }
 
+/// `GET /v1/images/{name}`: an image and what its sandboxes get from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ImageDetails {
+    #[serde(flatten)]
+    pub image: Image,
+    /// Canonical reference a pulled image came from, and its manifest digest.
+    pub source: Option<String>,
+    pub digest: Option<String>,
+    /// Every process's environment before the sandbox's own.
+    pub env: BTreeMap<String, String>,
+    /// Default working directory and user of the sandbox's processes.
+    pub working_dir: String,
+    pub user: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// Declared only (`8080/tcp`).
+    pub exposed_ports: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// `GET /v1/images`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ImageList {

@@ -195,6 +195,9 @@ pub enum ImageCommand {
     },
     /// List images.
     Ls,
+    /// Show an image: its config (env, working directory, user, entrypoint, command,
+    /// ports, labels) and where it came from.
+    Inspect { name: String },
     /// Remove images.
     Rm {
         #[arg(required = true)]

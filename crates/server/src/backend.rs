@@ -139,6 +139,20 @@ pub struct ImageBuild {
     pub pip: Vec<String>,
 }
 
+/// An image's config as sandboxes see it, and its origin.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageConfig {
+    pub source: Option<String>,
+    pub digest: Option<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    pub working_dir: String,
+    pub user: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub exposed_ports: Vec<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
 /// A built image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltImage {
@@ -270,6 +284,12 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Removes an image by name (sandboxes using its layer keep working).
     async fn remove_image(&self, name: &str) -> BackendResult<()>;
+    /// What image `name` gives its sandboxes (its config) and where it came from.
+    async fn image_config(&self, name: &str) -> BackendResult<ImageConfig> {
+        Err(BackendError::NotFound(format!(
+            "Image {name} has no config here"
+        )))
+    }
     /// Every image the backend holds, by name (to put the store back in line after a
     /// crash). None by default.
     async fn images(&self) -> BackendResult<Vec<(String, BuiltImage)>> {

@@ -37,6 +37,7 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
             pull(client, &body, json).await
         }
         ImageCommand::Ls => list(client, json).await,
+        ImageCommand::Inspect { name } => inspect(client, &name, json).await,
         ImageCommand::Rm { names } => remove(client, &names).await,
     }
 }
@@ -139,6 +140,56 @@ async fn follow_build(
 
 fn size_of(image: &Value) -> String {
     output::size(image["size_bytes"].as_u64().unwrap_or(0))
+}
+
+async fn inspect(client: &Client, name: &str, json: bool) -> Result<i32> {
+    let path = format!("/v1/images/{}", encode_segment(name));
+    let image: Value = client.json(Method::GET, &path, None::<&()>).await?;
+    if json {
+        output::json(&image);
+        return Ok(0);
+    }
+    let list = |k: &str| {
+        image[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    let map = |k: &str| {
+        image[k]
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    let rows = [
+        ("name", output::field(&image, "name")),
+        ("source", output::field(&image, "source")),
+        ("digest", output::field(&image, "digest")),
+        ("size", size_of(&image)),
+        ("layer", output::field(&image, "layer_id")),
+        ("created", output::field(&image, "created_at")),
+        ("working dir", output::field(&image, "working_dir")),
+        ("user", output::field(&image, "user")),
+        ("entrypoint", list("entrypoint")),
+        ("cmd", list("cmd")),
+        ("ports", list("exposed_ports")),
+        ("env", map("env")),
+        ("labels", map("labels")),
+    ];
+    for (k, v) in rows {
+        println!("{k:<12} {v}");
+    }
+    Ok(0)
 }
 
 async fn list(client: &Client, json: bool) -> Result<i32> {

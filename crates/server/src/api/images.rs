@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::extract::ApiJson;
 use super::{ApiResult, AppState};
 use crate::manager::{validate_build, BUILDERS};
-use api_types::{BuildEvent, BuildImage, ErrorBody, ImageList, PullImage};
+use api_types::{BuildEvent, BuildImage, ErrorBody, ImageDetails, ImageList, PullImage};
 
 /// List images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
@@ -104,6 +104,18 @@ where
         let _ = tx.send(last).await;
     });
     super::ndjson::json_lines(rx)
+}
+
+/// One image: its record, config (env, working directory, user, entrypoint, command,
+/// ports, labels) and origin. A registry reference may be given in short form; `/` as `%2F`.
+#[utoipa::path(get, path = "/v1/images/{name}", tag = "images",
+    params(("name" = String, Path)),
+    responses((status = 200, body = ImageDetails), (status = 404, body = ErrorBody)))]
+pub async fn inspect(
+    State(m): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<ImageDetails>> {
+    Ok(Json(m.image_details(&name).await?))
 }
 
 /// Remove an image name (sandboxes using it are unaffected).

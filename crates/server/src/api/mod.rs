@@ -175,7 +175,10 @@ fn sandbox_routes() -> Router<AppState> {
 fn other_routes() -> Router<AppState> {
     Router::new()
         .route("/v1/images", get(images::list).post(images::build))
-        .route("/v1/images/{name}", axum::routing::delete(images::delete))
+        .route(
+            "/v1/images/{name}",
+            get(images::inspect).delete(images::delete),
+        )
         .route("/v1/images/{name}/ensure", post(images::ensure))
         .route("/v1/images/pull", post(images::pull))
         .route("/v1/health", get(system::health))

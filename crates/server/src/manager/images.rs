@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use super::{lock, now_rfc3339, Manager};
 use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
-use api_types::{BuildImage, Image, PullImage};
+use api_types::{BuildImage, Image, ImageDetails, PullImage};
 
 /// The canonical form of a registry reference, or why it is none.
 fn canonical(reference: &str) -> Result<String> {
@@ -163,15 +163,36 @@ impl Manager {
         Ok(self.store.images().await?)
     }
 
-    /// Removes an image name. Sandboxes using it keep their disks (layers are shared).
-    pub async fn delete_image(&self, name: &str) -> Result<()> {
+    /// An image, its config and origin; a reference may be given in short form.
+    pub async fn image_details(&self, name: &str) -> Result<ImageDetails> {
+        let image = self.find_image(name).await?;
+        let c = self.backend.image_config(&image.name).await?;
+        Ok(ImageDetails {
+            image,
+            source: c.source,
+            digest: c.digest,
+            env: c.env,
+            working_dir: c.working_dir,
+            user: c.user,
+            entrypoint: c.entrypoint,
+            cmd: c.cmd,
+            exposed_ports: c.exposed_ports,
+            labels: c.labels,
+        })
+    }
+
+    /// The recorded image `name`, a registry reference also in short form.
+    async fn find_image(&self, name: &str) -> Result<Image> {
         let mut found = self.store.image(name.to_string()).await?;
         if found.is_none() && registry::looks_like_reference(name) {
             found = self.store.image(canonical(name)?).await?;
         }
-        let Some(image) = found else {
-            return Err(Error::NotFound(format!("Image {name} not found")));
-        };
+        found.ok_or_else(|| Error::NotFound(format!("Image {name} not found")))
+    }
+
+    /// Removes an image name. Sandboxes using it keep their disks (layers are shared).
+    pub async fn delete_image(&self, name: &str) -> Result<()> {
+        let image = self.find_image(name).await?;
         self.store.delete_image(name.to_string()).await?;
         self.backend.remove_image(&image.name).await?;
         Ok(())

@@ -439,6 +439,25 @@ impl Backend for RuncBackend {
         self.pull(reference, credentials, progress).await
     }
 
+    async fn image_config(&self, name: &str) -> BackendResult<ImageConfig> {
+        let (images, name) = (self.images.clone(), name.to_string());
+        let m = tokio::task::spawn_blocking(move || images.get(&name))
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(host_err)?;
+        Ok(ImageConfig {
+            source: m.source,
+            digest: m.digest,
+            env: m.env,
+            working_dir: m.cwd,
+            user: m.user,
+            entrypoint: m.entrypoint,
+            cmd: m.cmd,
+            exposed_ports: m.exposed_ports,
+            labels: m.labels,
+        })
+    }
+
     async fn remove_image(&self, name: &str) -> BackendResult<()> {
         let (images, name) = (self.images.clone(), name.to_string());
         tokio::task::spawn_blocking(move || images.remove(&name))

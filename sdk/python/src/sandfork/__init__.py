@@ -112,6 +112,7 @@ from .models import (
 from .process import Process
 from .sandbox import Sandbox
 from .snapshot import CopiedSandbox, ForkChild, ForkError, ForkResult, Snapshot
+from .images import Image
 from .aio import AsyncForkResult, AsyncProcess, AsyncSandbox, AsyncSnapshot  # noqa: E402 - needs Sandbox
 from .client import AsyncSandboxClient, SandboxClient  # noqa: E402 - needs AsyncSandbox
 
@@ -154,7 +155,7 @@ __all__ = sorted(
         "AuthError", "BadRequestError", "CapacityError", "Client", "ConflictError", "ConnectionError", "CopiedSandbox",
         "DirectoryListing", "ExecStream", "FeatureNotSupportedError", "Features", "ForkChild", "ForkError", "ForkResult",
         "InvalidArgumentError", "NotFoundError", "OutputStream", "Process", "ProtocolError", "RequestTimeoutError",
-        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError",
+        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image",
         "Traced", "TracedBytes", "TracedList", "TransportTimeoutError", "UnavailableError", "UnsupportedError",
         "__version__", "parse_url",
     }

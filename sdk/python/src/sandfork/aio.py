@@ -45,6 +45,7 @@ from .models import (
 )
 from .process import Process, SignalLike
 from .sandbox import Command, Sandbox
+from .images import Image
 from .snapshot import CopiedSandbox, ForkChild, ForkResult, Snapshot
 
 T = TypeVar("T")
@@ -616,4 +617,37 @@ class AsyncSandbox:
         return self.sync.pty_ws_url(session_id, token)
 
 
-__all__ = ["AsyncForkResult", "AsyncOutputStream", "AsyncProcess", "AsyncSandbox", "AsyncSnapshot"]
+__all__ = ["AsyncForkResult", "AsyncImage", "AsyncOutputStream", "AsyncProcess", "AsyncSandbox", "AsyncSnapshot"]
+
+
+class AsyncImage:
+    """The async twin of :class:`~sandfork.images.Image`: the same properties, awaitable calls."""
+
+    def __init__(self, sync: Image):
+        self.sync = sync
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "sync":
+            raise AttributeError(name)
+        return getattr(self.sync, name)
+
+    def __repr__(self) -> str:
+        return "Async" + repr(self.sync)
+
+    @classmethod
+    async def pull(cls, reference: str, **kwargs: Any) -> "AsyncImage":
+        """Pulls ``reference`` from its registry (see :meth:`Image.pull`)."""
+        image = await _call(Image.pull, reference, **kwargs)
+        await _call(lambda: image.working_dir)  # fetch the details off the event loop
+        return cls(image)
+
+    @classmethod
+    async def get(cls, name: str, *, client: Optional[Client] = None) -> "AsyncImage":
+        return cls(await _call(Image.get, name, client=client))
+
+    @classmethod
+    async def list(cls, *, client: Optional[Client] = None) -> List["AsyncImage"]:
+        return [cls(i) for i in await _call(Image.list, client=client)]
+
+    async def delete(self) -> None:
+        await _call(self.sync.delete)
