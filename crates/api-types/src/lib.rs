@@ -68,6 +68,9 @@ pub struct CreateSandbox {
     pub timeout_secs: Option<u64>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Named volumes to mount (with an image; a snapshot brings the volumes it had).
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
     /// Like `env`, but never echoed back.
     #[serde(default)]
     pub secrets: BTreeMap<String, String>,
@@ -600,6 +603,47 @@ pub enum BuildEvent {
     Progress { message: String },
     Done { image: Image },
     Error { code: String, message: String },
+}
+
+/// A named volume mounted into a sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    pub name: String,
+    /// Absolute path in the sandbox (not `/`, nor over `/proc`, `/sys`, `/dev`).
+    #[schema(pattern = "^/", max_length = 4096)]
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// `POST /v1/volumes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolume {
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,62}$")]
+    pub name: String,
+    /// Size limit in MiB (default 1024; 16 to 1048576). The volume is sparse: room not
+    /// written costs nothing.
+    pub size_mb: Option<u64>,
+}
+
+/// A named volume: storage that outlives sandboxes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Volume {
+    pub name: String,
+    pub size_mb: u64,
+    /// Bytes in use in its file system.
+    pub used_bytes: u64,
+    pub created_at: String,
+    /// Live sandboxes that mount it (suspended ones included).
+    pub mounted_by: Vec<String>,
+}
+
+/// `GET /v1/volumes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VolumeList {
+    pub volumes: Vec<Volume>,
 }
 
 /// `GET /v1/health`.

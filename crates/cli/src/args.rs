@@ -43,6 +43,9 @@ pub enum Command {
     /// Manage images.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Manage named volumes (storage that outlives sandboxes).
+    #[command(subcommand)]
+    Volume(VolumeCommand),
     /// Checkpoint a running sandbox into a snapshot and print its id.
     Checkpoint {
         id: String,
@@ -128,6 +131,9 @@ pub struct SandboxOpts {
     /// Network access: loopback only, or egress to the internet.
     #[arg(long, value_parser = ["none", "internet"])]
     pub network: Option<String>,
+    /// Mount named volume NAME at PATH, read-only with `:ro` (repeatable).
+    #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]")]
+    pub volumes: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -164,6 +170,26 @@ pub struct ExecArgs {
     pub timeout: Option<f64>,
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Create a volume.
+    Create {
+        name: String,
+        /// Size limit in MiB (default 1024; sparse: room not written costs nothing).
+        #[arg(long)]
+        size_mb: Option<u64>,
+    },
+    /// List volumes.
+    Ls,
+    /// Show a volume: size, bytes in use, the sandboxes that mount it.
+    Inspect { name: String },
+    /// Delete volumes and their data (refused while a sandbox mounts one).
+    Rm {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

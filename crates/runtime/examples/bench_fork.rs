@@ -185,6 +185,7 @@ impl Bench {
             },
             env: Default::default(),
             network: runtime::NetworkMode::None,
+            volumes: Vec::new(),
         }
     }
 

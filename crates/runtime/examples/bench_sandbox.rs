@@ -93,6 +93,7 @@ fn spec(id: String, image: &ImageRef) -> SandboxSpec {
         },
         env: Default::default(),
         network: runtime::NetworkMode::None,
+        volumes: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod space;
 pub mod spec;
 mod stale;
 mod steps;
+pub mod volume;
 
 use std::path::PathBuf;
 

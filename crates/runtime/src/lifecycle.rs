@@ -296,6 +296,7 @@ fn fallback_record(ctx: &Ctx<'_>, id: &str) -> Record {
             resources: Default::default(),
             env: Default::default(),
             network: Default::default(),
+            volumes: Vec::new(),
         },
         names: Names::for_id(id),
         net,

@@ -150,7 +150,7 @@ pub fn config(spec: &SandboxSpec, host: &HostPaths<'_>) -> Result<Spec> {
             .process(process(spec, host.nofile)?)
             .root(built(root)?)
             .hostname(spec.id.clone())
-            .mounts(mounts(host, spec.resources.memory_mb)?)
+            .mounts(mounts(host, spec)?)
             .linux(built(linux)?)
             .annotations(annotations)
             .build(),
@@ -257,7 +257,8 @@ fn tmpfs_size(memory_mb: u64) -> String {
     )
 }
 
-fn mounts(host: &HostPaths<'_>, memory_mb: u64) -> Result<Vec<Mount>> {
+fn mounts(host: &HostPaths<'_>, spec: &SandboxSpec) -> Result<Vec<Mount>> {
+    let memory_mb = spec.resources.memory_mb;
     let agent = host.agent_bin.to_string_lossy();
     let run = host.run_dir.to_string_lossy();
     let size = tmpfs_size(memory_mb);
@@ -324,6 +325,13 @@ fn mounts(host: &HostPaths<'_>, memory_mb: u64) -> Result<Vec<Mount>> {
         let options = ["bind", "ro", "nosuid", "nodev", "noexec"];
         mounts.push(mount("/etc/resolv.conf", "bind", &source, &options)?);
     }
+    // Volumes: binds of their host mounts, never device nodes or set-id programs.
+    for v in &spec.volumes {
+        let source = v.source.to_string_lossy();
+        let access = if v.read_only { "ro" } else { "rw" };
+        let options = ["rbind", access, "nosuid", "nodev"];
+        mounts.push(mount(&v.destination, "bind", &source, &options)?);
+    }
     Ok(mounts)
 }
 
@@ -388,6 +396,7 @@ mod tests {
             },
             env: [("LANG".into(), "C.UTF-8".into())].into(),
             network: Default::default(),
+            volumes: Vec::new(),
         }
     }
 

@@ -167,6 +167,53 @@ pub struct SandboxSpec {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub network: NetworkMode,
+    /// Named volumes bound into the sandbox.
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
+}
+
+/// A volume bound into a sandbox: the host mount point of the volume, where it appears in
+/// the sandbox, and whether the sandbox may write to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeMount {
+    pub name: String,
+    pub source: std::path::PathBuf,
+    pub destination: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Paths a volume may not be mounted over or under: the kernel's, the device tree, the
+/// sandbox's agent and run directory.
+const RESERVED_PATHS: &[&str] = &["/proc", "/sys", "/dev", "/.sandfork", "/run/sandfork"];
+
+/// Checks where a volume is mounted: absolute, normal (no `.`, `..` or empty parts), not
+/// `/` and not over or under a reserved path.
+pub fn validate_mount_path(path: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::InvalidSpec(format!(
+            "volume mount path {path:?}: {why}"
+        )))
+    };
+    if !path.starts_with('/') || path.len() > 4096 || path.contains('\0') {
+        return bad("must be an absolute path");
+    }
+    let parts: Vec<&str> = path[1..].split('/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == "." || *p == "..")
+    {
+        return bad("must be a normal path without '.', '..' or empty parts");
+    }
+    if path == "/" {
+        return bad("cannot be /");
+    }
+    for r in RESERVED_PATHS {
+        if path == *r || path.starts_with(&format!("{r}/")) || r.starts_with(&format!("{path}/")) {
+            return bad(&format!("overlaps {r}, which the sandbox needs"));
+        }
+    }
+    Ok(())
 }
 
 impl SandboxSpec {
@@ -182,6 +229,16 @@ impl SandboxSpec {
         }
         if r.pids < 8 {
             return Err(Error::InvalidSpec("pids must be at least 8".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for v in &self.volumes {
+            validate_mount_path(&v.destination)?;
+            if !seen.insert(v.destination.as_str()) {
+                return Err(Error::InvalidSpec(format!(
+                    "two volumes mounted at {}",
+                    v.destination
+                )));
+            }
         }
         for k in self.env.keys().chain(self.image.env.keys()) {
             if k.is_empty() || k.contains('=') || k.contains('\0') {

@@ -200,6 +200,7 @@ async fn sandbox_boots_from_an_imported_tarball() {
             },
             env: Default::default(),
             network: Default::default(),
+            volumes: Vec::new(),
         })
         .await
         .unwrap();

@@ -94,6 +94,19 @@ pub struct BootSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, String>,
     pub network: NetworkSpec,
+    /// Named volumes bound into the sandbox; a snapshot keeps the list, not the data, and
+    /// a restore binds them again by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMountSpec>,
+}
+
+/// A named volume bound into a sandbox at `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeMountSpec {
+    pub name: String,
+    pub path: String,
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 impl BootSpec {
@@ -137,6 +150,20 @@ pub struct ImageBuild {
     pub builder: String,
     pub apt: Vec<String>,
     pub pip: Vec<String>,
+}
+
+/// A named volume as the backend holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeData {
+    pub name: String,
+    pub size_mb: u64,
+    pub used_bytes: u64,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+}
+
+fn no_volumes() -> BackendError {
+    BackendError::Unsupported("This backend has no volumes".into())
 }
 
 /// An image's config as sandboxes see it, and its origin.
@@ -284,6 +311,22 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Removes an image by name (sandboxes using its layer keep working).
     async fn remove_image(&self, name: &str) -> BackendResult<()>;
+    /// Creates named volume `name` of `size_mb` MiB.
+    async fn create_volume(&self, _name: &str, _size_mb: u64) -> BackendResult<VolumeData> {
+        Err(no_volumes())
+    }
+    /// Every named volume.
+    async fn volumes(&self) -> BackendResult<Vec<VolumeData>> {
+        Ok(Vec::new())
+    }
+    /// Unmounts volume `name` from the host while no sandbox needs it.
+    async fn release_volume(&self, _name: &str) -> BackendResult<()> {
+        Ok(())
+    }
+    /// Removes volume `name` and its data (the caller checks no sandbox mounts it).
+    async fn delete_volume(&self, _name: &str) -> BackendResult<()> {
+        Err(no_volumes())
+    }
     /// What image `name` gives its sandboxes (its config) and where it came from.
     async fn image_config(&self, name: &str) -> BackendResult<ImageConfig> {
         Err(BackendError::NotFound(format!(

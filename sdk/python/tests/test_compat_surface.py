@@ -181,9 +181,6 @@ def test_unsupported_classes_raise_not_implemented() -> None:
     for make in (lambda: sandfork.Pty(session_id="s", token="t"), lambda: sandfork.AsyncPty(), lambda: sandfork.Desktop()):
         with pytest.raises(NotImplementedError, match="not supported by sandfork"):
             make()
-    for call in (lambda: sandfork.create_file_system("fs"), sandfork.list_file_systems, lambda: sandfork.delete_file_system("fs-1")):
-        with pytest.raises(NotImplementedError, match="file systems are not supported"):
-            call()
 
 
 def test_traced_result_conventions() -> None:

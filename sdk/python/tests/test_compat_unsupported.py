@@ -71,10 +71,10 @@ def test_logs(sandbox: Sandbox) -> None:
 
 def test_file_systems(sandbox: Sandbox) -> None:
     # sandbox.attach_file_system("file_system_abc", "/mnt/skills", read_only=True); Sandbox.create(file_systems=[FileSystemMount(...)])
-    _refused(lambda: sandbox.attach_file_system("file_system_abc", "/mnt/skills", read_only=True), "file systems are")
-    _refused(lambda: sandbox.detach_file_system("/mnt/skills"), "file systems are")
-    _refused(sandbox.list_file_systems, "file systems are")
-    _refused(lambda: Sandbox.create(file_systems=[FileSystemMount(file_system_id="file_system_abc", mount_path="/mnt/skills")]), "file systems are")
+    # Volumes are mounted at create (tests/images/test_volumes.py); not onto a running sandbox.
+    _refused(lambda: sandbox.attach_file_system("file_system_abc", "/mnt/skills", read_only=True), "file systems attached to a running sandbox are")
+    _refused(lambda: sandbox.detach_file_system("/mnt/skills"), "file systems attached to a running sandbox are")
+    _refused(sandbox.list_file_systems, "file systems attached to a running sandbox are")
 
 
 def test_port_exposure(sandbox: Sandbox) -> None:

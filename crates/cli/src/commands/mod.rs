@@ -5,6 +5,7 @@ mod image;
 mod run;
 mod sandbox;
 mod snapshot;
+mod volume;
 
 use anyhow::{bail, Result};
 
@@ -36,6 +37,7 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
         Command::Exec(e) => run::exec(&client, e, json).await,
         Command::Cp { src, dst } => cp::copy(&client, &src, &dst).await,
         Command::Image(i) => image::image(&client, i, json).await,
+        Command::Volume(v) => volume::volume(&client, v, json).await,
         Command::Checkpoint { id, memory, name } => {
             snapshot::checkpoint(&client, &id, memory, name, json).await
         }

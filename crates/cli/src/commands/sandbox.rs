@@ -27,7 +27,27 @@ pub fn create_body(opts: &SandboxOpts) -> Result<Value> {
             body[k] = v;
         }
     }
+    if !opts.volumes.is_empty() {
+        let mounts = opts
+            .volumes
+            .iter()
+            .map(|v| volume_mount(v))
+            .collect::<Result<Vec<_>>>()?;
+        body["volumes"] = Value::from(mounts);
+    }
     Ok(body)
+}
+
+/// `NAME:PATH` or `NAME:PATH:ro` as a volume mount.
+fn volume_mount(spec: &str) -> Result<Value> {
+    let (name, rest) = spec
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--volume {spec:?}: expected NAME:PATH[:ro]"))?;
+    let (path, read_only) = match rest.strip_suffix(":ro") {
+        Some(p) => (p, true),
+        None => (rest.strip_suffix(":rw").unwrap_or(rest), false),
+    };
+    Ok(json!({ "name": name, "path": path, "read_only": read_only }))
 }
 
 pub async fn create(client: &Client, c: CreateArgs, json: bool) -> Result<i32> {

@@ -49,6 +49,7 @@ pub(crate) fn spec(id: &str, network: NetworkMode) -> SandboxSpec {
         resources: Resources::default(),
         env: Default::default(),
         network,
+        volumes: Vec::new(),
     }
 }
 

@@ -77,6 +77,7 @@ impl TestEnv {
             },
             env: Default::default(),
             network: NetworkMode::None,
+            volumes: Vec::new(),
         }
     }
 }

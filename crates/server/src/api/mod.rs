@@ -13,6 +13,7 @@ mod sandboxes;
 mod snapshots;
 mod spawn;
 mod system;
+mod volumes;
 
 use std::sync::{Arc, OnceLock};
 
@@ -181,6 +182,11 @@ fn other_routes() -> Router<AppState> {
         )
         .route("/v1/images/{name}/ensure", post(images::ensure))
         .route("/v1/images/pull", post(images::pull))
+        .route("/v1/volumes", get(volumes::list).post(volumes::create))
+        .route(
+            "/v1/volumes/{name}",
+            get(volumes::inspect).delete(volumes::delete),
+        )
         .route("/v1/health", get(system::health))
         .route("/v1/openapi.json", get(system::openapi))
         .route("/metrics", get(system::metrics))

@@ -4,7 +4,7 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{exec, files, images, processes, sandboxes, snapshots, system};
+use super::{exec, files, images, processes, sandboxes, snapshots, system, volumes};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,6 +18,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system};
         processes::stop,
         files::download, files::upload, files::remove, files::list, files::stat, files::mkdir,
         images::list, images::build, images::ensure, images::pull, images::inspect, images::delete,
+        volumes::create, volumes::list, volumes::inspect, volumes::delete,
         snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,
         snapshots::list, snapshots::get_one, snapshots::delete, snapshots::fork_snapshot,
         snapshots::export, snapshots::import,
@@ -31,7 +32,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system};
         api_types::RestartPolicyName, api_types::RestartConfig, api_types::HealthCheckKind,
         api_types::HealthCheckConfig, api_types::ProcessExit, api_types::ManagedProcess,
         api_types::SignalRequest, api_types::SignalSpec, api_types::FileEntry,
-        api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage, api_types::PullImage, api_types::ImageDetails,
+        api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage, api_types::PullImage, api_types::ImageDetails, api_types::VolumeMount, api_types::CreateVolume, api_types::Volume, api_types::VolumeList,
         api_types::BuildEvent, api_types::Health, model::State,
         model::SnapshotType, api_types::CheckpointRequest,
         api_types::Snapshot, api_types::SnapshotList, api_types::ChildSpec,
@@ -41,7 +42,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system};
     modifiers(&CommonErrors),
     tags(
         (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "files"),
-        (name = "images"), (name = "snapshots"), (name = "system"),
+        (name = "images"), (name = "volumes"), (name = "snapshots"), (name = "system"),
     )
 )]
 struct ApiDoc;

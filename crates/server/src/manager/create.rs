@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::admission::{Refusal, Want, BASELINE_NEED_MB};
 use super::{lock, now_rfc3339, Entry, Manager, Registry};
-use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec};
+use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec, VolumeMountSpec};
 use crate::error::{Error, Result};
 use crate::store::SandboxRow;
 use api_types::{CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox};
@@ -121,7 +121,29 @@ pub fn validate(req: &CreateSandbox) -> Result<()> {
     model::labels::check(&req.labels)?;
     check_env(&req.secrets)?;
     network_of(req)?;
+    check_volumes(req)?;
     check_entrypoint(req)
+}
+
+fn check_volumes(req: &CreateSandbox) -> Result<()> {
+    if !req.volumes.is_empty() && req.snapshot_id.is_some() {
+        return Err(Error::Unsupported(
+            "volumes are given with an image; a snapshot brings the volumes it had".into(),
+        ));
+    }
+    let mut paths = std::collections::BTreeSet::new();
+    for v in &req.volumes {
+        runtime::volume::validate_name(&v.name)
+            .and_then(|()| runtime::spec::validate_mount_path(&v.path))
+            .map_err(|e| Error::InvalidArgument(model::error_chain(&e)))?;
+        if !paths.insert(v.path.as_str()) {
+            return Err(Error::InvalidArgument(format!(
+                "two volumes mounted at {}",
+                v.path
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_entrypoint(req: &CreateSandbox) -> Result<()> {
@@ -158,6 +180,15 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
             allow_out: net.allow_out.clone(),
             deny_out: net.deny_out.clone(),
         },
+        volumes: req
+            .volumes
+            .iter()
+            .map(|v| VolumeMountSpec {
+                name: v.name.clone(),
+                path: v.path.clone(),
+                read_only: v.read_only,
+            })
+            .collect(),
     };
     let view = Sandbox {
         id: id.to_string(),
@@ -241,6 +272,7 @@ impl Manager {
         let image = self
             .resolve_image(req.image.as_deref().unwrap_or(&self.config.default_image))
             .await?;
+        self.check_volumes_exist(&req).await?;
         let row = row_for(&new_id()?, &req, image)?;
         let entry = self.admit(row, BASELINE_NEED_MB).await?;
         let started = Instant::now();

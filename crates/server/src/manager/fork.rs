@@ -416,6 +416,7 @@ mod tests {
                 env: BTreeMap::from([("A".into(), "1".into())]),
                 secrets: BTreeMap::new(),
                 network: NetworkSpec::default(),
+                volumes: Vec::new(),
             },
             hooks: vec![],
             internal: false,

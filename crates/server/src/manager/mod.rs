@@ -21,6 +21,7 @@ mod suspend;
 mod tests;
 mod transfer;
 mod update;
+mod volumes;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -325,5 +326,6 @@ impl Manager {
         if tokio::time::timeout(grace, wait_all).await.is_err() {
             tracing::warn!("shutdown grace period passed with operations still in flight");
         }
+        self.release_volumes().await;
     }
 }

@@ -975,6 +975,7 @@ async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
         env: Default::default(),
         secrets: Default::default(),
         network: NetworkSpec::default(),
+        volumes: Vec::new(),
     };
     let rec = SnapshotRecord {
         view: Snapshot {

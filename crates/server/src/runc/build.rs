@@ -95,6 +95,7 @@ impl RuncBackend {
             },
             env: BTreeMap::from([("DEBIAN_FRONTEND".into(), "noninteractive".into())]),
             network,
+            volumes: Vec::new(),
         };
         let _ = progress
             .send(format!("sandbox: booting build sandbox {id}"))

@@ -40,6 +40,8 @@ pub struct RuncBackend {
     memory_merge: bool,
     /// Pulls images from registries into `<data>/blobs`.
     puller: Arc<registry::Puller>,
+    /// Named volumes, `<data>/volumes`.
+    volumes: runtime::volume::Volumes,
 }
 
 impl RuncBackend {
@@ -79,6 +81,7 @@ impl RuncBackend {
         };
         Ok(RuncBackend {
             puller: Arc::new(registry::Puller::new(registries, blobs)),
+            volumes: runtime::volume::Volumes::new(data.join("volumes")),
             memory_merge: config.memory_merge,
             data_dir: data,
             runtime,
@@ -116,7 +119,8 @@ impl RuncBackend {
         }
     }
 
-    fn spec(&self, b: &BootSpec) -> SandboxSpec {
+    /// The runtime's spec of a sandbox; its volumes are mounted on the host first.
+    fn spec(&self, b: &BootSpec) -> BackendResult<SandboxSpec> {
         let network = if b.network.internet {
             NetworkMode::Internet {
                 allow_out: b
@@ -135,7 +139,26 @@ impl RuncBackend {
         } else {
             NetworkMode::None
         };
-        SandboxSpec {
+        let volumes = b
+            .volumes
+            .iter()
+            .map(|v| {
+                let source = self.volumes.ensure_mounted(&v.name).map_err(|e| match e {
+                    runtime::Error::NotFound(_) => BackendError::NotFound(format!(
+                        "Volume {} not found (mounted at {})",
+                        v.name, v.path
+                    )),
+                    other => host_err(other),
+                })?;
+                Ok(runtime::spec::VolumeMount {
+                    name: v.name.clone(),
+                    source,
+                    destination: v.path.clone(),
+                    read_only: v.read_only,
+                })
+            })
+            .collect::<BackendResult<Vec<_>>>()?;
+        Ok(SandboxSpec {
             id: b.id.clone(),
             image: self.image_ref(&b.image),
             resources: Resources {
@@ -152,7 +175,26 @@ impl RuncBackend {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             network,
-        }
+            volumes,
+        })
+    }
+}
+
+fn volume_data(v: runtime::volume::VolumeInfo) -> VolumeData {
+    VolumeData {
+        name: v.name,
+        size_mb: v.size_mb,
+        used_bytes: v.used_bytes,
+        created: v.created,
+    }
+}
+
+fn volume_err(e: runtime::Error) -> BackendError {
+    match e {
+        runtime::Error::NotFound(m) => BackendError::NotFound(format!("Volume {m} not found")),
+        runtime::Error::Exists(m) => BackendError::Conflict(format!("{m} exists already")),
+        runtime::Error::InvalidSpec(m) => BackendError::InvalidInput(m),
+        other => host_err(other),
     }
 }
 
@@ -216,7 +258,7 @@ impl Backend for RuncBackend {
     async fn create(&self, spec: &BootSpec) -> BackendResult<Booted> {
         let h = self
             .runtime
-            .create(self.spec(spec))
+            .create(self.spec(spec)?)
             .await
             .map_err(host_err)?;
         self.remember(&h);
@@ -437,6 +479,40 @@ impl Backend for RuncBackend {
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage> {
         self.pull(reference, credentials, progress).await
+    }
+
+    async fn create_volume(&self, name: &str, size_mb: u64) -> BackendResult<VolumeData> {
+        let (volumes, name) = (self.volumes.clone(), name.to_string());
+        let v = tokio::task::spawn_blocking(move || volumes.create(&name, size_mb))
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(volume_err)?;
+        Ok(volume_data(v))
+    }
+
+    async fn volumes(&self) -> BackendResult<Vec<VolumeData>> {
+        let volumes = self.volumes.clone();
+        let list = tokio::task::spawn_blocking(move || volumes.list())
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(volume_err)?;
+        Ok(list.into_iter().map(volume_data).collect())
+    }
+
+    async fn release_volume(&self, name: &str) -> BackendResult<()> {
+        let (volumes, name) = (self.volumes.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || volumes.unmount(&name))
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(volume_err)
+    }
+
+    async fn delete_volume(&self, name: &str) -> BackendResult<()> {
+        let (volumes, name) = (self.volumes.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || volumes.remove(&name))
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(volume_err)
     }
 
     async fn image_config(&self, name: &str) -> BackendResult<ImageConfig> {

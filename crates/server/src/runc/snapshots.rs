@@ -74,7 +74,7 @@ impl RuncBackend {
         let (source, opts) = split(from);
         let h = self
             .runtime
-            .restore(self.spec(spec), source, opts)
+            .restore(self.spec(spec)?, source, opts)
             .await
             .map_err(host_err)?;
         self.remember(&h);
@@ -89,7 +89,7 @@ impl RuncBackend {
         let (source, _bare) = split(from);
         let h = self
             .runtime
-            .park(self.spec(spec), source)
+            .park(self.spec(spec)?, source)
             .await
             .map_err(host_err)?;
         self.remember(&h);

@@ -113,6 +113,7 @@ from .process import Process
 from .sandbox import Sandbox
 from .snapshot import CopiedSandbox, ForkChild, ForkError, ForkResult, Snapshot
 from .images import Image
+from .volumes import Volume
 from .aio import AsyncForkResult, AsyncProcess, AsyncSandbox, AsyncSnapshot  # noqa: E402 - needs Sandbox
 from .client import AsyncSandboxClient, SandboxClient  # noqa: E402 - needs AsyncSandbox
 
@@ -155,7 +156,7 @@ __all__ = sorted(
         "AuthError", "BadRequestError", "CapacityError", "Client", "ConflictError", "ConnectionError", "CopiedSandbox",
         "DirectoryListing", "ExecStream", "FeatureNotSupportedError", "Features", "ForkChild", "ForkError", "ForkResult",
         "InvalidArgumentError", "NotFoundError", "OutputStream", "Process", "ProtocolError", "RequestTimeoutError",
-        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image",
+        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume",
         "Traced", "TracedBytes", "TracedList", "TransportTimeoutError", "UnavailableError", "UnsupportedError",
         "__version__", "parse_url",
     }

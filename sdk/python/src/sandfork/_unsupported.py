@@ -34,20 +34,24 @@ class Desktop:
         raise errors.not_supported("remote desktop (VNC)", plural=False)
 
 
-def _fs() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("file systems", "copy files in with write_file() or upload_file()")
-
-
 def create_file_system(name: str, description: Optional[str] = None) -> FileSystem:
-    """Registers a file system. Not supported: raises ``NotImplementedError``."""
-    raise _fs()
+    """Creates a file system: in sandfork, named volume ``name`` (1 GiB; see
+    :class:`~sandfork.volumes.Volume` for other sizes). ``description`` is not kept."""
+    from .volumes import Volume
+
+    v = Volume.create(name)
+    return FileSystem(id=v.name, name=v.name, status="ready", created_at=v._doc.get("created_at"))
 
 
 def list_file_systems() -> List[FileSystem]:
-    """Lists registered file systems. Not supported: raises ``NotImplementedError``."""
-    raise _fs()
+    """The named volumes, as file systems."""
+    from .volumes import Volume
+
+    return [FileSystem(id=v.name, name=v.name, status="ready", created_at=v._doc.get("created_at")) for v in Volume.list()]
 
 
 def delete_file_system(file_system_id: str) -> None:
-    """Deletes a registered file system. Not supported: raises ``NotImplementedError``."""
-    raise _fs()
+    """Deletes named volume ``file_system_id`` and its data (409 while a sandbox mounts it)."""
+    from .volumes import Volume
+
+    Volume.get(file_system_id).delete()

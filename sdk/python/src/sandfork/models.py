@@ -693,7 +693,8 @@ class NetworkConfig:
 
 @dataclass
 class FileSystemMount:
-    """A file system mounted into a sandbox (not supported by sandfork)."""
+    """A file system mounted into a sandbox: in sandfork, named volume ``file_system_id``
+    (``prefetch`` is accepted and ignored; ``snapshot_id`` is not supported)."""
 
     file_system_id: str
     mount_path: str

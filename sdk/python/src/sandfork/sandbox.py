@@ -178,6 +178,19 @@ class CreateSpec:
         self.image = image  # to ensure before creating
 
 
+def volume_mounts(file_systems: Optional[List[FileSystemMount]]) -> List[Dict[str, Any]]:
+    """Tensorlake's file system mounts as sandfork's named volumes: ``file_system_id`` is
+    the volume's name (see :class:`~sandfork.volumes.Volume`)."""
+    out: List[Dict[str, Any]] = []
+    for fs in file_systems or []:
+        if not isinstance(fs, FileSystemMount):
+            raise errors.BadRequestError(f"file_systems takes FileSystemMount values, not {type(fs).__name__}")
+        if fs.snapshot_id is not None:
+            raise errors.not_supported("file system snapshots", "a volume is mounted as it is now")
+        out.append({"name": fs.file_system_id, "path": fs.mount_path, "read_only": bool(fs.read_only)})
+    return out
+
+
 def build_create(
     client: Client,
     image: Optional[str] = None,
@@ -205,8 +218,7 @@ def build_create(
         raise errors.not_supported("GPUs", "sandboxes get CPU and memory only")
     if pool_id is not None:
         raise errors.not_supported("sandbox pools", "create sandboxes directly, or fork them from a snapshot")
-    if file_systems:
-        raise errors.not_supported("file systems", "copy files in with write_file() or upload_file()")
+    volumes = volume_mounts(file_systems)
     check_str("image", image)
     cpus_v = check_number("cpus", cpus, none_ok=False)
     memory_v = check_int("memory_mb", memory_mb, none_ok=False)
@@ -219,7 +231,7 @@ def build_create(
     body: Dict[str, Any] = drop_none(
         name=name, disk_mb=disk_v, timeout_secs=timeout_v,
         env=check_str_map("env", env) or None, secrets=check_str_map("secrets", secrets) or None,
-        labels=check_str_map("labels", labels) or None,
+        labels=check_str_map("labels", labels) or None, volumes=volumes or None,
     )  # fmt: skip
     if snapshot_id is not None:
         body["snapshot_id"] = snapshot_id
@@ -363,8 +375,10 @@ class Sandbox(FilesMixin):
                 ``SANDFORK_URL`` / ``SANDFORK_TOKEN`` / the default socket).
             organization_id, project_id: Accepted and ignored.
             namespace: Only ``"default"``.
-            gpus, gpu_model, gpu, pool_id, file_systems, proxy_url: Tensorlake
-                features sandfork lacks: giving them raises ``NotImplementedError``.
+            file_systems: Named volumes to mount: ``FileSystemMount(file_system_id=
+                VOLUME_NAME, mount_path=PATH, read_only=...)`` (see ``Volume``).
+            gpus, gpu_model, gpu, pool_id, proxy_url: Tensorlake features sandfork
+                lacks: giving them raises ``NotImplementedError``.
             env: Environment for every command run in the sandbox (sandfork).
             secrets: Like ``env``, never echoed back by the API (sandfork).
             labels: Free-form key/value labels (sandfork).
@@ -1000,7 +1014,8 @@ class Sandbox(FilesMixin):
         raise _no_logs()
 
     def attach_file_system(self, file_system_id: str, mount_path: str, *, read_only: bool = False, prefetch: bool = False, snapshot_id: Optional[str] = None) -> SandboxInfo:
-        """File systems are not supported: raises ``NotImplementedError``."""
+        """Attaching to a running sandbox is not supported: raises ``NotImplementedError``
+        (mount volumes at create)."""
         raise _no_file_systems()
 
     def detach_file_system(self, mount_path: str) -> SandboxInfo:
@@ -1159,7 +1174,11 @@ def _no_logs() -> errors.FeatureNotSupportedError:
 
 
 def _no_file_systems() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("file systems", "copy files in with write_file() or upload_file()")
+    return errors.not_supported(
+        "file systems attached to a running sandbox",
+        "mount volumes at create with file_systems=[FileSystemMount(...)]",
+        plural=True,
+    )
 
 
 
