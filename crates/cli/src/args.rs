@@ -194,12 +194,23 @@ pub enum VolumeCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Build an image.
+    /// Build an image: from a Dockerfile (`-t NAME [-f FILE] DIR`; each RUN, COPY and ADD
+    /// step cached as a layer) or with a built-in builder (`NAME --builder B`).
     Build {
-        name: String,
+        /// The build context directory, or with --builder the image name.
+        target: Option<String>,
+        /// Name of the image a Dockerfile build makes.
+        #[arg(short = 't', long = "tag")]
+        tag: Option<String>,
+        /// The Dockerfile (default DIR/Dockerfile).
+        #[arg(short = 'f', long = "file")]
+        file: Option<std::path::PathBuf>,
+        /// ARG value K=V for a Dockerfile build (repeatable).
+        #[arg(long = "build-arg", value_name = "K=V")]
+        build_arg: Vec<String>,
         /// busybox, debian, python or browser (python with headless Chromium and Playwright).
-        #[arg(long)]
-        builder: String,
+        #[arg(long, conflicts_with_all = ["tag", "file", "build_arg"])]
+        builder: Option<String>,
         /// Debian package to add (repeatable).
         #[arg(long)]
         apt: Vec<String>,

@@ -6,6 +6,7 @@
 pub mod args;
 pub mod client;
 mod commands;
+mod context;
 mod output;
 
 pub use args::{ClientArgs, Command};

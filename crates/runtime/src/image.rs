@@ -8,6 +8,7 @@
 mod build;
 mod builddir;
 mod command;
+pub mod dockerfile;
 mod fsck;
 mod layers;
 pub mod rootfs;

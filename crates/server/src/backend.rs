@@ -297,6 +297,20 @@ pub trait Backend: Send + Sync + 'static {
         req: &ImageBuild,
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage>;
+    /// Builds image `name` from a parsed Dockerfile with its build context in `context`,
+    /// on base image `base` (here already), reporting progress lines.
+    async fn build_dockerfile(
+        &self,
+        _name: &str,
+        _file: &runtime::image::dockerfile::Dockerfile,
+        _context: &std::path::Path,
+        _base: &ImageSpec,
+        _progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        Err(BackendError::Unsupported(
+            "This backend cannot build Dockerfiles".into(),
+        ))
+    }
     /// Pulls image `reference` (canonical) from its registry and publishes it under that
     /// name, reporting progress lines.
     async fn pull_image(

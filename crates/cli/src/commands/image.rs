@@ -14,14 +14,30 @@ use crate::output;
 pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32> {
     match cmd {
         ImageCommand::Build {
-            name,
+            target,
+            tag,
+            file,
+            build_arg,
             builder,
             apt,
             pip,
-        } => {
-            let body = json!({ "name": name, "builder": builder, "apt": apt, "pip": pip });
-            build(client, &body, json).await
-        }
+        } => match builder {
+            Some(builder) => {
+                let name =
+                    target.ok_or_else(|| anyhow!("image build --builder needs the image name"))?;
+                let body = json!({ "name": name, "builder": builder, "apt": apt, "pip": pip });
+                build(client, &body, json).await
+            }
+            None => {
+                if !(apt.is_empty() && pip.is_empty()) {
+                    bail!("--apt and --pip go with --builder; a Dockerfile RUNs its installs");
+                }
+                let name = tag.ok_or_else(|| anyhow!("image build: give -t NAME (and the context directory), or NAME --builder B"))?;
+                let dir = std::path::PathBuf::from(target.unwrap_or_else(|| ".".into()));
+                let file = file.unwrap_or_else(|| dir.join("Dockerfile"));
+                build_dockerfile(client, &name, &dir, &file, &build_arg, json).await
+            }
+        },
         ImageCommand::Pull {
             reference,
             username,
@@ -71,6 +87,67 @@ async fn build(client: &Client, body: &Value, json: bool) -> Result<i32> {
         println!("{} ({})", output::field(&image, "name"), size_of(&image));
     }
     Ok(0)
+}
+
+async fn build_dockerfile(
+    client: &Client,
+    name: &str,
+    dir: &std::path::Path,
+    file: &std::path::Path,
+    build_args: &[String],
+    json: bool,
+) -> Result<i32> {
+    let (tar, dockerfile) = crate::context::tar_context(dir, file)?;
+    let args = super::parse_env(build_args)?;
+    let query = format!(
+        "/v1/images/build?name={}&dockerfile={}&build_args={}",
+        crate::client::encode(name),
+        crate::client::encode(&dockerfile),
+        crate::client::encode(&serde_json::to_string(&args)?)
+    );
+    let body = tokio::fs::read(tar.path()).await?;
+    let resp = client
+        .call(Method::POST, &query, "application/x-tar", full(body))
+        .await?;
+    let bar = spinner(json);
+    let image = follow_build_printing(resp, bar, json).await?;
+    if json {
+        output::json(&image);
+    } else {
+        println!("{} ({})", output::field(&image, "name"), size_of(&image));
+    }
+    Ok(0)
+}
+
+/// Like [`follow_build`], and each step's line printed as it comes (the build's log).
+async fn follow_build_printing(
+    resp: hyper::Response<hyper::body::Incoming>,
+    bar: ProgressBar,
+    json: bool,
+) -> Result<Value> {
+    let mut lines = Lines::new(resp);
+    while let Some(ev) = lines.next().await? {
+        match ev["type"].as_str() {
+            Some("progress") => {
+                let msg = output::field(&ev, "message");
+                if !json {
+                    bar.suspend(|| eprintln!("{msg}"));
+                }
+                bar.set_message(msg);
+            }
+            Some("done") => {
+                bar.finish_and_clear();
+                return Ok(ev["image"].clone());
+            }
+            Some("error") => {
+                bar.finish_and_clear();
+                return Err(anyhow!("{}", output::field(&ev, "message")));
+            }
+            _ => {}
+        }
+    }
+    bar.finish_and_clear();
+    bail!("the build stream ended without a result")
 }
 
 async fn pull(client: &Client, body: &Value, json: bool) -> Result<i32> {

@@ -75,6 +75,82 @@ pub async fn pull(
     }))
 }
 
+/// Query of `POST /v1/images/build`.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DockerfileQuery {
+    /// Name of the image to build (`[a-z0-9._-]`, 1-64).
+    pub name: String,
+    /// Path of the Dockerfile in the build context (default `Dockerfile`).
+    pub dockerfile: Option<String>,
+    /// `ARG` values, as a JSON object of strings.
+    pub build_args: Option<String>,
+}
+
+/// Build an image from a Dockerfile. The body is the build context as a tar (the CLI
+/// leaves out what `.dockerignore` names); each RUN, COPY and ADD step runs in a build
+/// sandbox and is cached as a layer, so a rebuild reuses every step before the first
+/// one that changed. Progress (the steps, their output) streams as NDJSON and the last
+/// line is `done` or `error`.
+#[utoipa::path(post, path = "/v1/images/build", tag = "images", params(DockerfileQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    responses((status = 200, body = BuildEvent, content_type = "application/x-ndjson"),
+        (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn build_dockerfile(
+    State(m): State<AppState>,
+    super::extract::ApiQuery(q): super::extract::ApiQuery<DockerfileQuery>,
+    req: axum::extract::Request,
+) -> ApiResult<Response> {
+    let args: std::collections::BTreeMap<String, String> = match &q.build_args {
+        Some(json) => serde_json::from_str(json).map_err(|e| {
+            crate::error::Error::InvalidArgument(format!(
+                "build_args: a JSON object of strings: {e}"
+            ))
+        })?,
+        None => Default::default(),
+    };
+    let dir = m.config().data_dir.join("tmp");
+    let id = model::ids::random_id::<8>("context").map_err(crate::error::Error::from)?;
+    let (tar, context) = (dir.join(format!("{id}.tar")), dir.join(&id));
+    let unpacked = receive_context(&m, req.into_body(), &tar, &context).await;
+    let _ = tokio::fs::remove_file(&tar).await;
+    if let Err(e) = unpacked {
+        let _ = tokio::fs::remove_dir_all(&context).await;
+        return Err(e.into());
+    }
+    let dockerfile = q.dockerfile.unwrap_or_else(|| "Dockerfile".into());
+    Ok(stream_build(move |progress| async move {
+        let built = m
+            .build_dockerfile(&q.name, &context, &dockerfile, &args, progress)
+            .await;
+        let _ = tokio::fs::remove_dir_all(&context).await;
+        built
+    }))
+}
+
+/// Receives the context tar and unpacks it (hostile input: nothing may leave `context`).
+async fn receive_context(
+    m: &AppState,
+    body: axum::body::Body,
+    tar: &std::path::Path,
+    context: &std::path::Path,
+) -> crate::error::Result<()> {
+    tokio::fs::create_dir_all(context)
+        .await
+        .map_err(|e| crate::error::Error::InvalidArgument(format!("build context: {e}")))?;
+    super::snapshots::receive(body, tar, m.config()).await?;
+    let (tar, context) = (tar.to_path_buf(), context.to_path_buf());
+    tokio::task::spawn_blocking(move || runtime::image::import_tarball(&tar, &context, &|_| {}))
+        .await
+        .map_err(|e| crate::error::Error::InvalidArgument(e.to_string()))?
+        .map_err(|e| {
+            crate::error::Error::InvalidArgument(format!(
+                "build context: {}",
+                model::error_chain(&e)
+            ))
+        })
+}
+
 /// Runs a build with a progress channel and streams its events: progress lines, then
 /// `done` or `error`.
 fn stream_build<F, Fut>(run: F) -> Response

@@ -198,7 +198,11 @@ pub const IMPORT_SPACE_FLOOR: u64 = 512 << 20;
 
 /// Writes the upload to `path`, refusing it past `max_import_bytes` (413) or once the host
 /// disk would keep less than [`IMPORT_SPACE_FLOOR`] (507).
-async fn receive(body: Body, path: &std::path::Path, config: &crate::Config) -> Result<(), Error> {
+pub(super) async fn receive(
+    body: Body,
+    path: &std::path::Path,
+    config: &crate::Config,
+) -> Result<(), Error> {
     let fail = |e: String| Error::InvalidArgument(format!("Cannot read the upload: {e}"));
     let mut file = tokio::fs::File::create(path)
         .await

@@ -33,6 +33,44 @@ fn check_image_name(name: &str) -> Result<()> {
     }
 }
 
+/// Largest Dockerfile read, in bytes.
+const MAX_DOCKERFILE: u64 = 1 << 20;
+
+/// The Dockerfile at `rel` in the build context: a relative path without `..`, not a
+/// symlink, at most 1 MiB.
+fn read_dockerfile(context: &std::path::Path, rel: &str) -> Result<String> {
+    use std::path::Component;
+    let bad = |why: String| Error::InvalidArgument(format!("Dockerfile {rel:?}: {why}"));
+    let path = std::path::Path::new(rel);
+    if rel.is_empty()
+        || path
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return Err(bad("must be a relative path in the build context".into()));
+    }
+    // The context is the caller's: no component may be a symlink (it could lead out).
+    let mut full = context.to_path_buf();
+    let mut meta = None;
+    for c in path.components() {
+        full.push(c);
+        let m = std::fs::symlink_metadata(&full)
+            .map_err(|_| bad("not found in the build context".into()))?;
+        if m.file_type().is_symlink() {
+            return Err(bad("is or passes through a symlink".into()));
+        }
+        meta = Some(m);
+    }
+    let meta = meta.ok_or_else(|| bad("empty path".into()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.len() > MAX_DOCKERFILE {
+        return Err(bad(format!("larger than {MAX_DOCKERFILE} bytes")));
+    }
+    std::fs::read_to_string(&full).map_err(|e| bad(e.to_string()))
+}
+
 fn check_package(p: &str) -> Result<()> {
     let ok = !p.is_empty()
         && p.len() <= 200
@@ -231,6 +269,56 @@ impl Manager {
             )));
         }
         self.shared_build(name).follow(progress).await
+    }
+
+    /// Builds image `name` from the Dockerfile at `dockerfile` (a path in the build context
+    /// `context`), with `build_args` for its ARGs. Its FROM image is pulled or built first
+    /// when missing; every RUN or COPY step is cached (see the runc backend's
+    /// `dockerfile` module).
+    pub async fn build_dockerfile(
+        &self,
+        name: &str,
+        context: &std::path::Path,
+        dockerfile: &str,
+        build_args: &std::collections::BTreeMap<String, String>,
+        progress: mpsc::Sender<String>,
+    ) -> Result<Image> {
+        self.check_open()?;
+        check_image_name(name)?;
+        let text = read_dockerfile(context, dockerfile)?;
+        let file = runtime::image::dockerfile::parse(&text, build_args)
+            .map_err(|e| Error::InvalidArgument(model::error_chain(&e)))?;
+        let base = self.ensure_image(&file.from, progress.clone()).await?;
+        let _build = self.image_builds.lock().await;
+        let existed = self.store.image(name.to_string()).await?.is_some();
+        let spec = crate::backend::ImageSpec {
+            name: base.name.clone(),
+            layer_id: base.layer_id.clone(),
+        };
+        let built = match self
+            .backend
+            .build_dockerfile(name, &file, context, &spec, progress)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                self.undo_build(name, existed).await;
+                return Err(e.into());
+            }
+        };
+        let image = Image {
+            name: name.to_string(),
+            layer_id: built.layer_id,
+            size_bytes: built.size_bytes,
+            created_at: now_rfc3339(),
+            builder: "dockerfile".into(),
+        };
+        if let Err(e) = self.store.put_image(image.clone()).await {
+            self.undo_build(name, existed).await;
+            return Err(e.into());
+        }
+        tracing::info!(image = %name, layer = %image.layer_id, "image built from a Dockerfile");
+        Ok(image)
     }
 
     /// Pulls an image from its registry (again, when it is here already: tags move) and

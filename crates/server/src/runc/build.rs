@@ -155,9 +155,21 @@ async fn run_step(
     let req = ExecRequest {
         command: command.clone(),
         args: args.to_vec(),
-        timeout_ms: Some(STEP_TIMEOUT.as_millis() as u64),
         ..Default::default()
     };
+    run_exec(agent, &step.what, req, progress).await
+}
+
+/// Runs `req` in a build sandbox (at most an hour), forwarding its output lines as
+/// progress (prefixed with `what`); a non-zero exit is an error with the end of its
+/// output.
+pub(super) async fn run_exec(
+    agent: &agent_client::AgentClient,
+    what: &str,
+    mut req: ExecRequest,
+    progress: &mpsc::Sender<String>,
+) -> BackendResult<()> {
+    req.timeout_ms = Some(STEP_TIMEOUT.as_millis() as u64);
     let mut stream = agent
         .exec(req)
         .await
@@ -175,7 +187,7 @@ async fn run_step(
                 while let Some(at) = partial.find('\n') {
                     let line: String = partial.drain(..=at).collect();
                     let line = line.trim_end().to_string();
-                    let _ = progress.try_send(format!("{}: {line}", step.what));
+                    let _ = progress.try_send(format!("{what}: {line}"));
                     tail.push(line);
                     if tail.len() > TAIL_LINES {
                         tail.remove(0);
@@ -188,16 +200,14 @@ async fn run_step(
                 }
                 tail.push(partial);
                 return Err(BackendError::Host(format!(
-                    "Image build step {:?} failed ({:?}): {}",
-                    step.what,
+                    "Image build step {what:?} failed ({:?}): {}",
                     exit.status,
                     tail.join(" | ").trim()
                 )));
             }
             None => {
                 return Err(BackendError::Host(format!(
-                    "Image build step {:?}: the sandbox ended its output without an exit",
-                    step.what
+                    "Image build step {what:?}: the sandbox ended its output without an exit"
                 )))
             }
         }

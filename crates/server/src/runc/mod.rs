@@ -22,6 +22,7 @@ use crate::backend::*;
 use crate::config::Config;
 
 mod build;
+mod dockerfile;
 mod errors;
 mod pull;
 mod snapshots;
@@ -470,6 +471,17 @@ impl Backend for RuncBackend {
             pip: req.pip.clone(),
         };
         self.build(spec, progress).await
+    }
+
+    async fn build_dockerfile(
+        &self,
+        name: &str,
+        file: &runtime::image::dockerfile::Dockerfile,
+        context: &std::path::Path,
+        base: &ImageSpec,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        RuncBackend::build_dockerfile(self, name, file, context, base, progress).await
     }
 
     async fn pull_image(
