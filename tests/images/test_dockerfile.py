@@ -114,3 +114,18 @@ def test_bad_dockerfiles_fail_clearly_and_leave_no_image(daemon, workdir: Path, 
     assert message in out.stderr, out.stderr
     after = json.loads(cli(daemon, "--json", "image", "ls").stdout)["images"]
     assert [i["name"] for i in after] == [i["name"] for i in before]
+
+
+def test_a_snapshot_becomes_an_image_that_outlives_it(daemon) -> None:
+    from sandfork import Snapshot
+
+    with Sandbox.create(image="busybox", env={"FROM_SNAPSHOT": "yes"}) as sb:
+        sb.run("sh", ["-c", "mkdir -p /opt/state && echo warm > /opt/state/ready && sync"])
+        snap = sb.checkpoint()
+    image = Image.from_snapshot(snap.snapshot_id, "from-snap")
+    assert image.builder == "snapshot" and image.env.get("FROM_SNAPSHOT") == "yes"
+    Snapshot.get(snap.snapshot_id).delete()
+    with Sandbox.create(image="from-snap") as sb:
+        r = sb.run("sh", ["-c", "cat /opt/state/ready; echo $FROM_SNAPSHOT"])
+        assert r.stdout.split() == ["warm", "yes"], r.stdout
+    image.delete()

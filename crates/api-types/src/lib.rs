@@ -596,6 +596,15 @@ pub struct PullImage {
     pub password: Option<String>,
 }
 
+/// `POST /v1/images/from-snapshot`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageFromSnapshot {
+    /// Name of the image (`[a-z0-9._-]`, 1-64); an image of that name is replaced.
+    pub name: String,
+    pub snapshot_id: String,
+}
+
 /// One line of an image build's NDJSON stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -230,6 +230,8 @@ pub enum ImageCommand {
         #[arg(long, requires = "username")]
         password_stdin: bool,
     },
+    /// Make an image of a snapshot's disk: a template that outlives the snapshot.
+    FromSnapshot { snapshot: String, name: String },
     /// List images.
     Ls,
     /// Show an image: its config (env, working directory, user, entrypoint, command,

@@ -311,6 +311,19 @@ pub trait Backend: Send + Sync + 'static {
             "This backend cannot build Dockerfiles".into(),
         ))
     }
+    /// Publishes sealed layer `layer` (a snapshot's disk) as image `name`, with the config
+    /// of image `base` (when it is still here) and `env` over it.
+    async fn image_from_layer(
+        &self,
+        _name: &str,
+        _layer: &str,
+        _base: &str,
+        _env: &BTreeMap<String, String>,
+    ) -> BackendResult<BuiltImage> {
+        Err(BackendError::Unsupported(
+            "This backend cannot make images from snapshots".into(),
+        ))
+    }
     /// Pulls image `reference` (canonical) from its registry and publishes it under that
     /// name, reporting progress lines.
     async fn pull_image(

@@ -52,6 +52,18 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
             }
             pull(client, &body, json).await
         }
+        ImageCommand::FromSnapshot { snapshot, name } => {
+            let body = json!({ "name": name, "snapshot_id": snapshot });
+            let image: Value = client
+                .json(Method::POST, "/v1/images/from-snapshot", Some(&body))
+                .await?;
+            if json {
+                output::json(&image);
+            } else {
+                println!("{} ({})", output::field(&image, "name"), size_of(&image));
+            }
+            Ok(0)
+        }
         ImageCommand::Ls => list(client, json).await,
         ImageCommand::Inspect { name } => inspect(client, &name, json).await,
         ImageCommand::Rm { names } => remove(client, &names).await,

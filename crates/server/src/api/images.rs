@@ -9,7 +9,9 @@ use tokio::sync::mpsc;
 use super::extract::ApiJson;
 use super::{ApiResult, AppState};
 use crate::manager::{validate_build, BUILDERS};
-use api_types::{BuildEvent, BuildImage, ErrorBody, ImageDetails, ImageList, PullImage};
+use api_types::{
+    BuildEvent, BuildImage, ErrorBody, Image, ImageDetails, ImageFromSnapshot, ImageList, PullImage,
+};
 
 /// List images.
 #[utoipa::path(get, path = "/v1/images", tag = "images",
@@ -73,6 +75,20 @@ pub async fn pull(
     Ok(stream_build(move |progress| async move {
         m.pull_image(req, progress).await
     }))
+}
+
+/// Make an image of a snapshot's disk (filesystem or memory snapshot: its files only),
+/// with its source image's config and the snapshot's env: a template that outlives the
+/// snapshot.
+#[utoipa::path(post, path = "/v1/images/from-snapshot", tag = "images", request_body = ImageFromSnapshot,
+    responses((status = 201, body = Image), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn from_snapshot(
+    State(m): State<AppState>,
+    ApiJson(req): ApiJson<ImageFromSnapshot>,
+) -> ApiResult<(StatusCode, Json<Image>)> {
+    let image = m.image_from_snapshot(&req.name, &req.snapshot_id).await?;
+    Ok((StatusCode::CREATED, Json(image)))
 }
 
 /// Query of `POST /v1/images/build`.

@@ -321,6 +321,40 @@ impl Manager {
         Ok(image)
     }
 
+    /// Makes snapshot `snapshot_id`'s disk image `name` (its source image's config, the
+    /// snapshot's env over it): a template for new sandboxes that outlives the snapshot.
+    pub async fn image_from_snapshot(&self, name: &str, snapshot_id: &str) -> Result<Image> {
+        self.check_open()?;
+        check_image_name(name)?;
+        let rec = self.snapshot_record(snapshot_id).await?;
+        let _build = self.image_builds.lock().await;
+        let existed = self.store.image(name.to_string()).await?.is_some();
+        let built = match self
+            .backend
+            .image_from_layer(name, &rec.layer_id, &rec.boot.image.name, &rec.boot.env)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                self.undo_build(name, existed).await;
+                return Err(e.into());
+            }
+        };
+        let image = Image {
+            name: name.to_string(),
+            layer_id: built.layer_id,
+            size_bytes: built.size_bytes,
+            created_at: now_rfc3339(),
+            builder: "snapshot".into(),
+        };
+        if let Err(e) = self.store.put_image(image.clone()).await {
+            self.undo_build(name, existed).await;
+            return Err(e.into());
+        }
+        tracing::info!(image = %name, snapshot = %snapshot_id, "image made from a snapshot");
+        Ok(image)
+    }
+
     /// Pulls an image from its registry (again, when it is here already: tags move) and
     /// records it under its canonical reference. A pull of the same reference in flight
     /// is joined rather than repeated.

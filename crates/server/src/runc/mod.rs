@@ -484,6 +484,50 @@ impl Backend for RuncBackend {
         RuncBackend::build_dockerfile(self, name, file, context, base, progress).await
     }
 
+    async fn image_from_layer(
+        &self,
+        name: &str,
+        layer: &str,
+        base: &str,
+        env: &BTreeMap<String, String>,
+    ) -> BackendResult<BuiltImage> {
+        let layer: blockstore::LayerId = layer
+            .parse()
+            .map_err(|e| BackendError::Host(format!("Snapshot layer id: {e}")))?;
+        let images = self.images.clone();
+        let (name, base, env) = (name.to_string(), base.to_string(), env.clone());
+        let meta = tokio::task::spawn_blocking(move || {
+            let size = images
+                .store()
+                .layer_info(&layer)
+                .map_err(|e| runtime::Error::Disk(Box::new(e)))?
+                .size;
+            let mut defaults = images
+                .get(&base)
+                .map(|m| runtime::image::Defaults {
+                    env: m.env,
+                    cwd: Some(m.cwd),
+                    user: m.user,
+                    entrypoint: m.entrypoint,
+                    cmd: m.cmd,
+                    exposed_ports: m.exposed_ports,
+                    labels: m.labels,
+                    source: None,
+                    digest: None,
+                })
+                .unwrap_or_default();
+            defaults.env.extend(env);
+            images.publish_layer(&name, &layer, size, defaults)
+        })
+        .await
+        .map_err(|e| BackendError::Host(e.to_string()))?
+        .map_err(host_err)?;
+        Ok(BuiltImage {
+            layer_id: meta.layer,
+            size_bytes: meta.size,
+        })
+    }
+
     async fn pull_image(
         &self,
         reference: &str,

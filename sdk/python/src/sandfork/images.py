@@ -123,6 +123,15 @@ class Image:
         raise errors.ConnectionError(f"the daemon ended the pull stream of {reference} without a result")
 
     @classmethod
+    def from_snapshot(cls, snapshot_id: str, name: str, *, client: Optional[Client] = None) -> "Image":
+        """Makes snapshot ``snapshot_id``'s disk image ``name``: a template for new
+        sandboxes (its source image's config, the snapshot's env) that outlives the snapshot."""
+        client = client or Client()
+        doc = client.request_json("POST", "/v1/images/from-snapshot", json_body={"name": name, "snapshot_id": snapshot_id})
+        client._image_ready(name)
+        return cls(doc, client)
+
+    @classmethod
     def get(cls, name: str, *, client: Optional[Client] = None) -> "Image":
         """Image ``name`` (a reference may be given in short form)."""
         client = client or Client()
