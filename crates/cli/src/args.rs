@@ -230,6 +230,14 @@ pub enum ImageCommand {
         #[arg(long, requires = "username")]
         password_stdin: bool,
     },
+    /// Import an image archive: `docker save` output (docker-archive), an oci-archive, or
+    /// an OCI layout directory; `-` reads the archive from stdin.
+    Import {
+        source: String,
+        /// Name of the image (default: the name the archive gives it).
+        #[arg(short = 't', long = "tag")]
+        tag: Option<String>,
+    },
     /// Make an image of a snapshot's disk: a template that outlives the snapshot.
     FromSnapshot { snapshot: String, name: String },
     /// List images.

@@ -183,6 +183,12 @@ impl Client {
     }
 }
 
+/// The JSON body of a successful response.
+pub async fn json_body(resp: Response<Incoming>) -> Result<serde_json::Value> {
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    serde_json::from_slice(&bytes).context("the daemon sent an unreadable reply")
+}
+
 /// The `{code, message}` of an error response as an error.
 pub async fn error_of(resp: Response<Incoming>) -> anyhow::Error {
     let status = resp.status();

@@ -5,6 +5,7 @@
 //! writes `<images>/<name>.json`. A build works in a temporary directory removed whatever
 //! happens, so a failed build leaves no half image behind.
 
+pub mod archive;
 mod build;
 mod builddir;
 mod command;

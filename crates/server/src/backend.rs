@@ -324,6 +324,17 @@ pub trait Backend: Send + Sync + 'static {
             "This backend cannot make images from snapshots".into(),
         ))
     }
+    /// Imports the image of an unpacked archive (docker-archive or OCI layout) at `dir` as
+    /// `name`, else under the name the archive gives it; returns the name and the image.
+    async fn import_image(
+        &self,
+        _dir: &std::path::Path,
+        _name: Option<&str>,
+    ) -> BackendResult<(String, BuiltImage)> {
+        Err(BackendError::Unsupported(
+            "This backend cannot import image archives".into(),
+        ))
+    }
     /// Pulls image `reference` (canonical) from its registry and publishes it under that
     /// name, reporting progress lines.
     async fn pull_image(

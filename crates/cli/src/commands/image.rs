@@ -52,6 +52,7 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
             }
             pull(client, &body, json).await
         }
+        ImageCommand::Import { source, tag } => import(client, &source, tag.as_deref(), json).await,
         ImageCommand::FromSnapshot { snapshot, name } => {
             let body = json!({ "name": name, "snapshot_id": snapshot });
             let image: Value = client
@@ -160,6 +161,36 @@ async fn follow_build_printing(
     }
     bar.finish_and_clear();
     bail!("the build stream ended without a result")
+}
+
+async fn import(client: &Client, source: &str, tag: Option<&str>, json: bool) -> Result<i32> {
+    let body = if source == "-" {
+        let mut buf = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut tokio::io::stdin(), &mut buf).await?;
+        buf
+    } else if std::path::Path::new(source).is_dir() {
+        // An OCI layout directory travels as an oci-archive.
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.follow_symlinks(false);
+        tar.append_dir_all(".", source)?;
+        tar.into_inner()?
+    } else {
+        tokio::fs::read(source).await?
+    };
+    let path = match tag {
+        Some(t) => format!("/v1/images/import?name={}", crate::client::encode(t)),
+        None => "/v1/images/import".to_string(),
+    };
+    let resp = client
+        .call(Method::POST, &path, "application/x-tar", full(body))
+        .await?;
+    let image: Value = crate::client::json_body(resp).await?;
+    if json {
+        output::json(&image);
+    } else {
+        println!("{} ({})", output::field(&image, "name"), size_of(&image));
+    }
+    Ok(0)
 }
 
 async fn pull(client: &Client, body: &Value, json: bool) -> Result<i32> {

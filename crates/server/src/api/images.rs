@@ -91,6 +91,40 @@ pub async fn from_snapshot(
     Ok((StatusCode::CREATED, Json(image)))
 }
 
+/// Query of `POST /v1/images/import`.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ImportImageQuery {
+    /// Name of the image; default: the name the archive gives it.
+    pub name: Option<String>,
+}
+
+/// Import an image archive: a `docker save` tarball (docker-archive), an oci-archive (an
+/// OCI layout in a tar), gzip-compressed or not. Every OCI blob is checked against its
+/// digest and every docker-archive layer against the config's diff ids before anything
+/// is unpacked; nothing in a layer may leave the image's root.
+#[utoipa::path(post, path = "/v1/images/import", tag = "images", params(ImportImageQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    responses((status = 201, body = Image), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
+pub async fn import(
+    State(m): State<AppState>,
+    super::extract::ApiQuery(q): super::extract::ApiQuery<ImportImageQuery>,
+    req: axum::extract::Request,
+) -> ApiResult<(StatusCode, Json<Image>)> {
+    let dir = m.config().data_dir.join("tmp");
+    let id = model::ids::random_id::<8>("archive").map_err(crate::error::Error::from)?;
+    let (tar, unpacked) = (dir.join(format!("{id}.tar")), dir.join(&id));
+    let received = receive_context(&m, req.into_body(), &tar, &unpacked).await;
+    let _ = tokio::fs::remove_file(&tar).await;
+    let imported = match received {
+        Ok(()) => m.import_image(&unpacked, q.name.as_deref()).await,
+        Err(e) => Err(e),
+    };
+    let _ = tokio::fs::remove_dir_all(&unpacked).await;
+    Ok((StatusCode::CREATED, Json(imported?)))
+}
+
 /// Query of `POST /v1/images/build`.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]

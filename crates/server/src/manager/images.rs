@@ -321,6 +321,42 @@ impl Manager {
         Ok(image)
     }
 
+    /// Imports the image of an unpacked archive at `dir` (docker-archive or OCI layout) as
+    /// `name`, else under the name the archive gives it.
+    pub async fn import_image(&self, dir: &std::path::Path, name: Option<&str>) -> Result<Image> {
+        self.check_open()?;
+        if let Some(n) = name.filter(|n| !registry::looks_like_reference(n)) {
+            check_image_name(n)?;
+        }
+        let _build = self.image_builds.lock().await;
+        let existed = match name {
+            Some(n) => self.store.image(n.to_string()).await?.is_some(),
+            None => true,
+        };
+        let (name, built) = match self.backend.import_image(dir, name).await {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(n) = name {
+                    self.undo_build(n, existed).await;
+                }
+                return Err(e.into());
+            }
+        };
+        let image = Image {
+            name: name.clone(),
+            layer_id: built.layer_id,
+            size_bytes: built.size_bytes,
+            created_at: now_rfc3339(),
+            builder: "import".into(),
+        };
+        if let Err(e) = self.store.put_image(image.clone()).await {
+            self.undo_build(&name, existed).await;
+            return Err(e.into());
+        }
+        tracing::info!(image = %name, "image imported");
+        Ok(image)
+    }
+
     /// Makes snapshot `snapshot_id`'s disk image `name` (its source image's config, the
     /// snapshot's env over it): a template for new sandboxes that outlives the snapshot.
     pub async fn image_from_snapshot(&self, name: &str, snapshot_id: &str) -> Result<Image> {

@@ -528,6 +528,47 @@ impl Backend for RuncBackend {
         })
     }
 
+    async fn import_image(
+        &self,
+        dir: &std::path::Path,
+        name: Option<&str>,
+    ) -> BackendResult<(String, BuiltImage)> {
+        let images = self.images.clone();
+        let (dir, name) = (dir.to_path_buf(), name.map(str::to_string));
+        tokio::task::spawn_blocking(move || {
+            let invalid = |e: runtime::Error| BackendError::InvalidInput(model::error_chain(&e));
+            let archive = runtime::image::archive::read_archive(&dir).map_err(invalid)?;
+            let name = name.or(archive.name).ok_or_else(|| {
+                BackendError::InvalidInput(
+                    "The archive names no image: give a name (sandfork image import -t NAME)"
+                        .into(),
+                )
+            })?;
+            let name = if registry::looks_like_reference(&name) {
+                registry::canonical(&name)
+                    .map_err(|e| BackendError::InvalidInput(model::error_chain(&e)))?
+            } else {
+                name
+            };
+            runtime::image::validate_name(&name).map_err(invalid)?;
+            let meta = images
+                .import_layers(&name, &archive.layers, archive.defaults, &|_| {})
+                .map_err(|e| match e {
+                    runtime::Error::Layer { .. } => invalid(e),
+                    other => host_err(other),
+                })?;
+            Ok((
+                name,
+                BuiltImage {
+                    layer_id: meta.layer,
+                    size_bytes: meta.size,
+                },
+            ))
+        })
+        .await
+        .map_err(|e| BackendError::Host(e.to_string()))?
+    }
+
     async fn pull_image(
         &self,
         reference: &str,

@@ -1,0 +1,75 @@
+"""Image archives in: an OCI layout directory, an oci-archive on stdin, `docker save`
+output (a docker-archive made by skopeo); tampered archives refused."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import oci_layout, tar_layer
+from sandfork import Image, Sandbox
+
+pytestmark = pytest.mark.root
+
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def cli(daemon, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    from _daemon import daemon_binary
+
+    return subprocess.run([str(daemon_binary()), "--url", daemon.url, *args], input=stdin, capture_output=True, timeout=300)
+
+
+def names(daemon) -> list:
+    return [i["name"] for i in json.loads(cli(daemon, "--json", "image", "ls").stdout)["images"]]
+
+
+def test_oci_layout_oci_archive_and_docker_archive(daemon, base_layer: bytes, workdir: Path) -> None:
+    layout, _ = oci_layout(workdir / "imp", [base_layer, tar_layer({"imported": b"yes\n"})], {"Env": ["PATH=/bin", "IMPORTED=1"]}, ARCH)
+
+    out = cli(daemon, "image", "import", "-t", "from-layout", str(layout))
+    assert out.returncode == 0, out.stderr
+
+    archive = workdir / "imp.tar"
+    with tarfile.open(archive, "w") as t:
+        t.add(layout, arcname=".")
+    out = cli(daemon, "image", "import", "-t", "from-stdin", "-", stdin=archive.read_bytes())
+    assert out.returncode == 0, out.stderr
+
+    docker = workdir / "imp-docker.tar"
+    subprocess.run(["skopeo", "copy", "--quiet", f"oci:{layout}", f"docker-archive:{docker}:team/saved:v3"], check=True, capture_output=True)
+    out = cli(daemon, "image", "import", str(docker))
+    assert out.returncode == 0, out.stderr
+    assert "docker.io/team/saved:v3" in names(daemon)
+
+    for name in ("from-layout", "from-stdin", "docker.io/team/saved:v3"):
+        with Sandbox.create(image=name) as sb:
+            r = sb.run("sh", ["-c", "cat /imported; echo $IMPORTED"])
+            assert r.stdout.split() == ["yes", "1"], (name, r.stdout, r.stderr)
+        Image.get(name).delete()
+
+
+def test_tampered_archives_are_refused(daemon, base_layer: bytes, workdir: Path) -> None:
+    layout, _ = oci_layout(workdir / "tamper", [base_layer, tar_layer({"x": b"original"})], {}, ARCH)
+    layer = tar_layer({"x": b"original"})
+    import hashlib
+
+    blob = layout / "blobs" / "sha256" / hashlib.sha256(layer).hexdigest()
+    blob.write_bytes(tar_layer({"x": b"forged!!"}))
+    before = names(daemon)
+    out = cli(daemon, "image", "import", "-t", "tampered", str(layout))
+    assert out.returncode != 0 and b"does not match its digest" in out.stderr, out.stderr
+
+    out = cli(daemon, "image", "import", "-", stdin=b"not a tar at all")
+    assert out.returncode != 0
+    empty = workdir / "empty-archive"
+    empty.mkdir()
+    (empty / "readme").write_text("nothing here")
+    out = cli(daemon, "image", "import", "-t", "empty", str(empty))
+    assert out.returncode != 0 and b"neither an OCI layout" in out.stderr, out.stderr
+    assert names(daemon) == before
