@@ -73,3 +73,37 @@ def test_tampered_archives_are_refused(daemon, base_layer: bytes, workdir: Path)
     out = cli(daemon, "image", "import", "-t", "empty", str(empty))
     assert out.returncode != 0 and b"neither an OCI layout" in out.stderr, out.stderr
     assert names(daemon) == before
+
+
+def test_export_then_import_and_push_then_pull(daemon, registry, workdir: Path) -> None:
+    with Sandbox.create(image="busybox") as sb:
+        sb.run("sh", ["-c", "mkdir -p /srv && echo exported > /srv/mark && ln -s /srv/mark /srv/link && sync"])
+        snap = sb.checkpoint()
+    Image.from_snapshot(snap.snapshot_id, "to-export")
+    from sandfork import Snapshot
+
+    Snapshot.get(snap.snapshot_id).delete()
+
+    archive = workdir / "exported.oci.tar"
+    out = cli(daemon, "image", "export", "to-export", "-o", str(archive))
+    assert out.returncode == 0, out.stderr
+    # Readable by other tools: skopeo sees an image in it.
+    seen = subprocess.run(["skopeo", "inspect", f"oci-archive:{archive}"], capture_output=True, text=True)
+    assert seen.returncode == 0 and '"Architecture"' in seen.stdout, seen.stderr
+    out = cli(daemon, "image", "import", "-t", "round-trip", str(archive))
+    assert out.returncode == 0, out.stderr
+
+    ref = f"{registry.host}/pushed/app:1"
+    out = cli(daemon, "image", "push", "to-export", ref)
+    assert out.returncode == 0, out.stderr
+    out = cli(daemon, "image", "pull", ref)
+    assert out.returncode == 0, out.stderr
+
+    for name in ("round-trip", ref):
+        with Sandbox.create(image=name) as sb:
+            r = sb.run("sh", ["-c", "cat /srv/mark; readlink /srv/link"])
+            assert r.stdout.split() == ["exported", "/srv/mark"], (name, r.stdout, r.stderr)
+        Image.get(name).delete()
+    Image.get("to-export").delete()
+    assert cli(daemon, "image", "export", "no-such", "-o", str(workdir / "x.tar")).returncode != 0
+    assert not (workdir / "x.tar").exists()

@@ -596,6 +596,28 @@ pub struct PullImage {
     pub password: Option<String>,
 }
 
+/// `POST /v1/images/push`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PushImage {
+    /// The image to push (a reference may be given in short form).
+    pub name: String,
+    /// Where to: `registry/repository:tag`.
+    #[schema(max_length = 255)]
+    pub reference: String,
+    /// Basic credentials for the registry; without them, the Docker config file's.
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// The answer to `POST /v1/images/push`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PushedImage {
+    /// The canonical reference pushed to.
+    pub reference: String,
+    pub manifest_url: String,
+}
+
 /// `POST /v1/images/from-snapshot`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

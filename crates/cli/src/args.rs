@@ -238,6 +238,24 @@ pub enum ImageCommand {
         #[arg(short = 't', long = "tag")]
         tag: Option<String>,
     },
+    /// Export an image as an oci-archive (an OCI layout in a tar: `podman load`,
+    /// `skopeo copy oci-archive:FILE …`).
+    Export {
+        name: String,
+        /// The archive to write.
+        #[arg(short = 'o', long = "output")]
+        output: String,
+    },
+    /// Push an image to an OCI registry as `reference`.
+    Push {
+        name: String,
+        reference: String,
+        #[arg(long, requires = "password_stdin")]
+        username: Option<String>,
+        /// Read the registry password from stdin.
+        #[arg(long, requires = "username")]
+        password_stdin: bool,
+    },
     /// Make an image of a snapshot's disk: a template that outlives the snapshot.
     FromSnapshot { snapshot: String, name: String },
     /// List images.

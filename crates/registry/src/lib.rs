@@ -205,6 +205,36 @@ impl Puller {
         })
     }
 
+    /// Pushes an image of one gzip layer and its config to `reference`; returns the
+    /// pushed manifest's URL.
+    pub async fn push(
+        &self,
+        reference: &str,
+        layer_gz: Vec<u8>,
+        config: Vec<u8>,
+        credentials: Option<&Credentials>,
+    ) -> Result<String> {
+        use oci_client::client::{Config, ImageLayer};
+        let r = parse(reference)?;
+        let auth = self.auth(&r, credentials)?;
+        let client = self.client()?;
+        let layers = [ImageLayer::new(
+            layer_gz,
+            "application/vnd.oci.image.layer.v1.tar+gzip".into(),
+            None,
+        )];
+        let config = Config::new(
+            config,
+            "application/vnd.oci.image.config.v1+json".into(),
+            None,
+        );
+        let pushed = client
+            .push(&r, &layers, config, &auth, None)
+            .await
+            .map_err(|e| client_error(&r, e))?;
+        Ok(pushed.manifest_url)
+    }
+
     /// A client for one pull: its token cache then holds only this pull's credentials.
     fn client(&self) -> Result<Client> {
         // reqwest's TLS runs on the process's rustls provider: ring, as the daemon's own

@@ -335,6 +335,24 @@ pub trait Backend: Send + Sync + 'static {
             "This backend cannot import image archives".into(),
         ))
     }
+    /// Writes image `name` as an oci-archive (an OCI layout, one layer, in a tar) to
+    /// `out`, its index naming it `name`.
+    async fn export_image(&self, _name: &str, _out: &std::path::Path) -> BackendResult<()> {
+        Err(BackendError::Unsupported(
+            "This backend cannot export images".into(),
+        ))
+    }
+    /// Pushes image `name` to `reference` (canonical); returns the manifest's URL.
+    async fn push_image(
+        &self,
+        _name: &str,
+        _reference: &str,
+        _credentials: Option<(String, String)>,
+    ) -> BackendResult<String> {
+        Err(BackendError::Unsupported(
+            "This backend cannot push images".into(),
+        ))
+    }
     /// Pulls image `reference` (canonical) from its registry and publishes it under that
     /// name, reporting progress lines.
     async fn pull_image(

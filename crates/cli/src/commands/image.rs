@@ -53,6 +53,33 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
             pull(client, &body, json).await
         }
         ImageCommand::Import { source, tag } => import(client, &source, tag.as_deref(), json).await,
+        ImageCommand::Export { name, output } => {
+            let path = format!("/v1/images/{}/export", encode_segment(&name));
+            super::snapshot::download(client, Method::GET, &path, &output).await
+        }
+        ImageCommand::Push {
+            name,
+            reference,
+            username,
+            password_stdin,
+        } => {
+            let mut body = json!({ "name": name, "reference": reference });
+            if let (Some(user), true) = (username, password_stdin) {
+                let mut password = String::new();
+                std::io::stdin().read_line(&mut password)?;
+                body["username"] = json!(user);
+                body["password"] = json!(password.trim_end_matches(['\r', '\n']));
+            }
+            let pushed: Value = client
+                .json(Method::POST, "/v1/images/push", Some(&body))
+                .await?;
+            if json {
+                output::json(&pushed);
+            } else {
+                println!("{}", output::field(&pushed, "reference"));
+            }
+            Ok(0)
+        }
         ImageCommand::FromSnapshot { snapshot, name } => {
             let body = json!({ "name": name, "snapshot_id": snapshot });
             let image: Value = client

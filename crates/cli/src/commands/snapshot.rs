@@ -165,12 +165,20 @@ async fn list(
     Ok(0)
 }
 
-/// Streams the export into `file` (written beside it, renamed when complete).
 async fn export(client: &Client, id: &str, file: &str) -> Result<i32> {
     let path = format!("/v1/snapshots/{}/export", encode(id));
-    let resp = client
-        .call(Method::POST, &path, "", full(Bytes::new()))
-        .await?;
+    download(client, Method::POST, &path, file).await
+}
+
+/// Streams the answer to `method path` into `file` (written beside it, renamed when
+/// complete).
+pub(super) async fn download(
+    client: &Client,
+    method: Method,
+    path: &str,
+    file: &str,
+) -> Result<i32> {
+    let resp = client.call(method, path, "", full(Bytes::new())).await?;
     let tmp = format!("{file}.partial");
     let mut out = tokio::fs::File::create(&tmp)
         .await

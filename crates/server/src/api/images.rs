@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio::sync::mpsc;
 
@@ -10,7 +10,8 @@ use super::extract::ApiJson;
 use super::{ApiResult, AppState};
 use crate::manager::{validate_build, BUILDERS};
 use api_types::{
-    BuildEvent, BuildImage, ErrorBody, Image, ImageDetails, ImageFromSnapshot, ImageList, PullImage,
+    BuildEvent, BuildImage, ErrorBody, Image, ImageDetails, ImageFromSnapshot, ImageList,
+    PullImage, PushImage, PushedImage,
 };
 
 /// List images.
@@ -89,6 +90,43 @@ pub async fn from_snapshot(
 ) -> ApiResult<(StatusCode, Json<Image>)> {
     let image = m.image_from_snapshot(&req.name, &req.snapshot_id).await?;
     Ok((StatusCode::CREATED, Json(image)))
+}
+
+/// Export an image as an oci-archive: an OCI image layout (its root file system as one
+/// layer, its config, an index naming it) in a tar, streamed.
+#[utoipa::path(get, path = "/v1/images/{name}/export", tag = "images",
+    params(("name" = String, Path)),
+    responses((status = 200, content_type = "application/x-tar", body = Vec<u8>),
+        (status = 404, body = ErrorBody)))]
+pub async fn export(State(m): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    use axum::http::header;
+    let path = m.export_image(&name).await?;
+    let file = tokio::fs::File::open(&path).await;
+    // Unlinked at once: the open file streams on and nothing is left behind.
+    let _ = tokio::fs::remove_file(&path).await;
+    let file =
+        file.map_err(|e| crate::error::Error::InvalidArgument(format!("Export failed: {e}")))?;
+    let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-tar".to_string()),
+            (header::CONTENT_LENGTH, len.to_string()),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// Push an image to an OCI registry (its root file system as one layer, and its config).
+#[utoipa::path(post, path = "/v1/images/push", tag = "images", request_body = PushImage,
+    responses((status = 200, body = PushedImage), (status = 404, body = ErrorBody),
+        (status = 502, body = ErrorBody)))]
+pub async fn push(
+    State(m): State<AppState>,
+    ApiJson(req): ApiJson<PushImage>,
+) -> ApiResult<Json<PushedImage>> {
+    Ok(Json(m.push_image(req).await?))
 }
 
 /// Query of `POST /v1/images/import`.

@@ -185,6 +185,8 @@ fn other_routes() -> Router<AppState> {
         .route("/v1/images/build", post(images::build_dockerfile))
         .route("/v1/images/from-snapshot", post(images::from_snapshot))
         .route("/v1/images/import", post(images::import))
+        .route("/v1/images/push", post(images::push))
+        .route("/v1/images/{name}/export", get(images::export))
         .route("/v1/volumes", get(volumes::list).post(volumes::create))
         .route(
             "/v1/volumes/{name}",

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use super::{lock, now_rfc3339, Manager};
 use crate::backend::{ImageBuild, ImageSpec};
 use crate::error::{Error, Result};
-use api_types::{BuildImage, Image, ImageDetails, PullImage};
+use api_types::{BuildImage, Image, ImageDetails, PullImage, PushImage, PushedImage};
 
 /// The canonical form of a registry reference, or why it is none.
 fn canonical(reference: &str) -> Result<String> {
@@ -355,6 +355,50 @@ impl Manager {
         }
         tracing::info!(image = %name, "image imported");
         Ok(image)
+    }
+
+    /// Writes image `name` as an oci-archive in the data directory's `tmp`; returns it
+    /// (the caller removes it).
+    pub async fn export_image(&self, name: &str) -> Result<std::path::PathBuf> {
+        self.check_open()?;
+        let image = self.find_image(name).await?;
+        let dir = self.config.data_dir.join("tmp");
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("Export failed: {e}")))?;
+        let out = dir.join(format!("{}.oci.tar", model::ids::random_id::<8>("image")?));
+        match self.backend.export_image(&image.name, &out).await {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&out).await;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Pushes image `req.name` to registry reference `req.reference`.
+    pub async fn push_image(&self, req: PushImage) -> Result<PushedImage> {
+        self.check_open()?;
+        let image = self.find_image(&req.name).await?;
+        let reference = canonical(&req.reference)?;
+        let credentials = match (req.username, req.password) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "username and password go together".into(),
+                ))
+            }
+        };
+        let url = self
+            .backend
+            .push_image(&image.name, &reference, credentials)
+            .await?;
+        tracing::info!(image = %image.name, reference = %reference, "image pushed");
+        Ok(PushedImage {
+            reference,
+            manifest_url: url,
+        })
     }
 
     /// Makes snapshot `snapshot_id`'s disk image `name` (its source image's config, the

@@ -569,6 +569,19 @@ impl Backend for RuncBackend {
         .map_err(|e| BackendError::Host(e.to_string()))?
     }
 
+    async fn export_image(&self, name: &str, out: &std::path::Path) -> BackendResult<()> {
+        self.export_oci(name, out).await
+    }
+
+    async fn push_image(
+        &self,
+        name: &str,
+        reference: &str,
+        credentials: Option<(String, String)>,
+    ) -> BackendResult<String> {
+        self.push(name, reference, credentials).await
+    }
+
     async fn pull_image(
         &self,
         reference: &str,

@@ -39,6 +39,59 @@ impl RuncBackend {
     }
 }
 
+impl RuncBackend {
+    pub(super) async fn export_oci(&self, name: &str, out: &std::path::Path) -> BackendResult<()> {
+        let images = self.images.clone();
+        let (name, out) = (name.to_string(), out.to_path_buf());
+        tokio::task::spawn_blocking(move || -> BackendResult<()> {
+            let exported = images.export(&name).map_err(super::host_err)?;
+            let dir = out.with_extension("layout");
+            let written = exported
+                .write_layout(&dir, &name)
+                .map_err(super::host_err)
+                .and_then(|()| tar_dir(&dir, &out));
+            let _ = std::fs::remove_dir_all(&dir);
+            written
+        })
+        .await
+        .map_err(|e| BackendError::Host(e.to_string()))?
+    }
+
+    pub(super) async fn push(
+        &self,
+        name: &str,
+        reference: &str,
+        credentials: Option<(String, String)>,
+    ) -> BackendResult<String> {
+        let images = self.images.clone();
+        let n = name.to_string();
+        let (layer, config) = tokio::task::spawn_blocking(move || -> BackendResult<_> {
+            let exported = images.export(&n).map_err(super::host_err)?;
+            let layer = std::fs::read(&exported.layer)
+                .map_err(|e| BackendError::Host(format!("exported layer: {e}")))?;
+            Ok((layer, exported.config.clone()))
+        })
+        .await
+        .map_err(|e| BackendError::Host(e.to_string()))??;
+        let credentials =
+            credentials.map(|(username, password)| Credentials { username, password });
+        self.puller
+            .push(reference, layer, config, credentials.as_ref())
+            .await
+            .map_err(pull_err)
+    }
+}
+
+/// Writes the directory `dir` as a tar at `out` (names relative to it).
+fn tar_dir(dir: &std::path::Path, out: &std::path::Path) -> BackendResult<()> {
+    let io = |e: std::io::Error| BackendError::Host(format!("writing the archive: {e}"));
+    let file = std::fs::File::create(out).map_err(io)?;
+    let mut tar = tar::Builder::new(file);
+    tar.follow_symlinks(false);
+    tar.append_dir_all(".", dir).map_err(io)?;
+    tar.into_inner().map_err(io)?.sync_all().map_err(io)
+}
+
 fn publish(
     images: &runtime::image::Images,
     pulled: Pulled,
