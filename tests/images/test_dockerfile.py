@@ -129,3 +129,31 @@ def test_a_snapshot_becomes_an_image_that_outlives_it(daemon) -> None:
         r = sb.run("sh", ["-c", "cat /opt/state/ready; echo $FROM_SNAPSHOT"])
         assert r.stdout.split() == ["warm", "yes"], r.stdout
     image.delete()
+
+
+def test_the_sdk_builds_exports_imports_and_pushes(daemon, registry, workdir: Path) -> None:
+    ctx = workdir / "sdk-ctx"
+    ctx.mkdir()
+    (ctx / "app.txt").write_text("from the sdk\n")
+    (ctx / "skip.tmp").write_text("left out\n")
+    (ctx / ".dockerignore").write_text("*.tmp\n")
+    (ctx / "Dockerfile").write_text("FROM busybox\nARG WHO\nCOPY . /ctx/\nRUN echo $WHO > /ctx/who\n")
+    lines: list = []
+    image = Image.build(ctx, "sdk-built", build_args={"WHO": "sdk"}, on_progress=lines.append)
+    assert image.builder == "dockerfile" and any(l.startswith("step 2/2: RUN") for l in lines), lines
+    again: list = []
+    Image.build(ctx, "sdk-built", build_args={"WHO": "sdk"}, on_progress=again.append)
+    assert all("(cached)" in l for l in again if l.startswith("step")), again
+
+    archive = workdir / "sdk.oci.tar"
+    assert image.export(archive) == archive.stat().st_size > 0
+    copy = Image.import_(archive, "sdk-copy")
+    pushed = image.push(f"{registry.host}/sdk/built:1")
+    assert pushed == f"{registry.host}/sdk/built:1"
+    for name in ("sdk-built", "sdk-copy"):
+        with Sandbox.create(image=name) as sb:
+            r = sb.run("sh", ["-c", "cat /ctx/app.txt /ctx/who; ls /ctx"])
+            assert r.stdout.split("\n")[:2] == ["from the sdk", "sdk"], r.stdout
+            assert "skip.tmp" not in r.stdout
+    copy.delete()
+    image.delete()

@@ -6,8 +6,16 @@
 
 from __future__ import annotations
 
+import fnmatch
+import io
+import json
 import logging
-from typing import Any, Callable, Dict, List, Optional
+import os
+import re
+import tarfile
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union  # noqa: F401
+from urllib.parse import quote
 
 from . import errors
 from ._transport import Client, seg
@@ -143,6 +151,136 @@ class Image:
         doc = client.request_json("GET", "/v1/images") or {}
         return [cls(i, client) for i in doc.get("images", [])]
 
+    @classmethod
+    def build(
+        cls,
+        context: Union[str, "os.PathLike[str]"],
+        name: str,
+        *,
+        dockerfile: str = "Dockerfile",
+        build_args: Optional[Mapping[str, str]] = None,
+        on_progress: Optional[ProgressCallback] = None,
+        client: Optional[Client] = None,
+    ) -> "Image":
+        """Builds image ``name`` from the Dockerfile ``dockerfile`` (a path in the build
+        context directory ``context``); what ``.dockerignore`` names stays behind. Every
+        RUN, COPY and ADD step is cached, so a rebuild reuses every step before the first
+        that changed. Step lines and their output go to ``on_progress``."""
+        client = client or Client()
+        body = _context_tar(Path(context))
+        query = {"name": name, "dockerfile": dockerfile, "build_args": json.dumps(dict(build_args or {}))}
+        report = on_progress or (lambda line: log.info("build %s: %s", name, line))
+        with client.open("POST", "/v1/images/build", query=query, body=body, headers={"Content-Type": "application/x-tar"}, unbounded=True) as stream:
+            for event in stream.iter_json_lines():
+                kind = event.get("type")
+                if kind == "progress":
+                    report(str(event.get("message", "")))
+                elif kind == "done":
+                    client._image_ready(name)
+                    return cls.get(name, client=client)
+                elif kind == "error":
+                    raise errors.error_from_event(event)
+        raise errors.ConnectionError(f"the daemon ended the build stream of {name} without a result")
+
+    @classmethod
+    def import_(cls, path: Union[str, "os.PathLike[str]"], name: Optional[str] = None, *, client: Optional[Client] = None) -> "Image":
+        """Imports an image archive (``docker save`` output, an oci-archive) or an OCI
+        layout directory, as ``name`` or under the name the archive gives it."""
+        client = client or Client()
+        p = Path(path)
+        if p.is_dir():
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as t:
+                t.add(p, arcname=".")
+            data = buf.getvalue()
+        else:
+            data = p.read_bytes()
+        path_q = "/v1/images/import" + (f"?name={quote(name, safe='')}" if name else "")
+        doc = client.request_json_body("POST", path_q, body=data, headers={"Content-Type": "application/x-tar"})
+        client._image_ready(str(doc["name"]))
+        return cls(doc, client)
+
+    def export(self, path: Union[str, "os.PathLike[str]"]) -> int:
+        """Writes the image as an oci-archive at ``path``; returns its size in bytes."""
+        tmp = Path(str(path) + ".partial")
+        size = 0
+        try:
+            with self._client.open("GET", f"/v1/images/{seg(self.name)}/export", unbounded=True) as stream, open(tmp, "wb") as out:
+                for chunk in stream.iter_chunks():
+                    out.write(chunk)
+                    size += len(chunk)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return size
+
+    def push(self, reference: str, *, username: Optional[str] = None, password: Optional[str] = None) -> str:
+        """Pushes the image to registry ``reference``; returns the canonical reference."""
+        if (username is None) != (password is None):
+            raise ValueError("username and password go together")
+        body: Dict[str, Any] = {"name": self.name, "reference": reference}
+        if username is not None:
+            body.update(username=username, password=password)
+        return str(self._client.request_json("POST", "/v1/images/push", json_body=body)["reference"])
+
     def delete(self) -> None:
         """Removes the image name (sandboxes using it keep running)."""
         self._client.request_json("DELETE", f"/v1/images/{seg(self.name)}")
+
+
+def _glob_regex(pattern: str) -> "re.Pattern[str]":
+    """A .dockerignore glob as a regex: ``**`` any path, ``*`` and ``?`` within one part."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def _ignored(rules: List[tuple], rel: str) -> bool:
+    """Docker's rules: a pattern matching the path or a directory above it leaves it out,
+    ``!`` takes it back, the last matching rule wins."""
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    out = False
+    for regex, keep in rules:
+        if any(regex.match(p) for p in prefixes):
+            out = not keep
+    return out
+
+
+def _context_tar(root: Path) -> bytes:
+    """The build context at ``root`` as a tar, without what its .dockerignore names."""
+    rules: List[tuple] = []
+    ignore = root / ".dockerignore"
+    if ignore.exists():
+        for line in ignore.read_text().splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            keep = line.startswith("!")
+            pattern = line[1:].strip() if keep else line
+            pattern = pattern[2:] if pattern.startswith("./") else pattern
+            rules.append((_glob_regex(pattern.strip("/")), keep))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root)
+            for name in sorted(dirnames + filenames):
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if _ignored(rules, rel):
+                    if name in dirnames:
+                        dirnames.remove(name)
+                    continue
+                full = os.path.join(dirpath, name)
+                t.add(full, arcname=rel, recursive=False)
+    return buf.getvalue()
