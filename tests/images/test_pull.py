@@ -196,3 +196,19 @@ def test_images_sharing_a_base_fetch_it_once_and_concurrent_pulls_share_the_work
     assert any("layer 2/2" in l and "fetching" in l for l in lines), lines
     for name in ("one", "two"):
         Image.get(f"{registry.host}/pair/{name}:1").delete()
+
+
+def test_a_truncated_layer_is_refused(daemon, registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    import hashlib
+
+    layer = tar_layer({"data/big": bytes(range(256)) * 4096})
+    layout, _ = oci_layout(workdir / "truncated", [base_layer, layer], {}, ARCH)
+    registry.push(layout, "bad/truncated:1")
+    blob = registry.blob_path("sha256:" + hashlib.sha256(layer).hexdigest())
+    blob.write_bytes(blob.read_bytes()[: len(layer) // 2])
+    before = image_names(daemon)
+    out = cli(daemon, "image", "pull", f"{registry.host}/bad/truncated:1")
+    assert out.returncode != 0
+    assert "bytes" in out.stderr or "digest" in out.stderr, out.stderr
+    assert image_names(daemon) == before
+    assert list((daemon.data_dir / "blobs" / "tmp").iterdir()) == []

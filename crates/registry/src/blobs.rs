@@ -194,10 +194,13 @@ impl AsyncWrite for BlobWriter {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         if self.written + buf.len() as u64 > self.expected_size {
-            return Poll::Ready(Err(std::io::Error::other(format!(
-                "blob {} is larger than the {} bytes its descriptor declares",
-                self.digest, self.expected_size
-            ))));
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "blob {} is larger than the {} bytes its descriptor declares",
+                    self.digest, self.expected_size
+                ),
+            )));
         }
         let this = &mut *self;
         match Pin::new(&mut this.file).poll_write(cx, buf) {

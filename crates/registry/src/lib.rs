@@ -386,6 +386,18 @@ fn client_error(r: &Reference, e: OciDistributionError) -> PullError {
             registry,
             detail: chain(&e),
         },
+        // Writing the blob failed: the disk here, not the registry.
+        OciDistributionError::IoError(e) if e.raw_os_error() == Some(28) => PullError::Io {
+            path: PathBuf::from("the blob store"),
+            source: e,
+        },
+        // The registry sent more than the descriptor declared.
+        OciDistributionError::IoError(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            PullError::Protocol {
+                reference,
+                detail: e.to_string(),
+            }
+        }
         OciDistributionError::IoError(e) => PullError::Unreachable {
             registry,
             detail: e.to_string(),
