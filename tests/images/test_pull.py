@@ -194,6 +194,10 @@ def test_images_sharing_a_base_fetch_it_once_and_concurrent_pulls_share_the_work
     Image.pull(f"{registry.host}/pair/two:1", on_progress=lines.append)
     assert any("layer 1/2" in l and "already here" in l for l in lines), lines
     assert any("layer 2/2" in l and "fetching" in l for l in lines), lines
+    # The base's blocks are shared too: its block-store layer is found, only layer 2 is
+    # unpacked.
+    assert any("1/2 layers already here" in l for l in lines), lines
+    assert not any("1/2 unpacking" in l for l in lines), lines
     for name in ("one", "two"):
         Image.get(f"{registry.host}/pair/{name}:1").delete()
 

@@ -8,6 +8,7 @@
 pub mod archive;
 mod build;
 mod builddir;
+mod chain;
 mod command;
 pub mod dockerfile;
 mod export;
@@ -251,8 +252,10 @@ impl Images {
     }
 
     /// Publishes image `name` made of OCI layers (tar blobs with their media types, bottom
-    /// first), e.g. a pulled image's: unpacks them into a fresh root filesystem, makes the
-    /// image's working directory, and publishes it. Nothing is left if any part fails.
+    /// first), e.g. a pulled image's. Each layer becomes a block-store layer on top of
+    /// the one below (see [`chain`]), so images that share their bottom layers share
+    /// those layers' blocks, and a layer already here is not unpacked again. Nothing is
+    /// left if any part fails.
     pub fn import_layers(
         &self,
         name: &str,
@@ -261,14 +264,10 @@ impl Images {
         progress: ProgressFn<'_>,
     ) -> Result<ImageMeta> {
         validate_name(name)?;
-        let work = BuildDir::new(&self.dir, &format!("{}-layers", key(name)))?;
-        let root = work.path().join("rootfs");
-        std::fs::create_dir(&root).at(&root)?;
-        unpack_layers(layers, &root, progress)?;
-        if let Some(cwd) = &defaults.cwd {
-            make_workdir(&root, cwd);
-        }
-        self.publish(name, &root, defaults, progress)
+        // Short: the disk server's control socket lives below it.
+        let work = BuildDir::new(&self.dir, "l")?;
+        let (layer, size) = self.chain(layers, &work, progress)?;
+        self.publish_layer(name, &layer, size, defaults)
     }
 
     /// Makes an ext4 image of `rootfs` and imports it as a sealed layer pinned by `pin`;
@@ -332,28 +331,6 @@ impl Images {
         .at(&tmp)
         .and_then(|()| std::fs::rename(&tmp, &path).at(&path))?;
         Ok(meta)
-    }
-}
-
-/// Makes an image's working directory under `root`, as a container engine does, one plain
-/// directory at a time: a component that is a symlink or a file (the image's content is
-/// hostile) stops it, so nothing is ever made outside `root`.
-fn make_workdir(root: &Path, cwd: &str) {
-    let mut dir = root.to_path_buf();
-    for part in Path::new(cwd).components() {
-        let std::path::Component::Normal(part) = part else {
-            continue;
-        };
-        dir.push(part);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return,
-            Err(_) => {
-                if std::fs::create_dir(&dir).is_err() {
-                    return;
-                }
-            }
-        }
     }
 }
 

@@ -178,6 +178,10 @@ pub async fn run(config: Config) -> Result<(), ServeError> {
         // Orphans of our children come back to us, as they would to init.
         let _ = nix::sys::prctl::set_child_subreaper(true);
     }
+    if let Some(dir) = &config.default_cwd {
+        // As a container runtime does: the image's working directory exists.
+        let _ = std::fs::create_dir_all(dir);
+    }
     let mut sigchld = signal(SignalKind::child()).map_err(ServeError::Signals)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
