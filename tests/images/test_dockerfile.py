@@ -157,3 +157,15 @@ def test_the_sdk_builds_exports_imports_and_pushes(daemon, registry, workdir: Pa
             assert "skip.tmp" not in r.stdout
     copy.delete()
     image.delete()
+
+
+def test_run_without_a_command_starts_the_images_entrypoint_and_cmd(daemon, workdir: Path) -> None:
+    ctx = workdir / "entry"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text('FROM busybox\nENTRYPOINT ["echo", "entry"]\nCMD ["and", "cmd"]\n')
+    assert cli(daemon, "image", "build", "-t", "entry", str(ctx)).returncode == 0
+    out = cli(daemon, "run", "--image", "entry")
+    assert out.returncode == 0 and out.stdout.strip() == "entry and cmd", (out.stdout, out.stderr)
+    out = cli(daemon, "run", "--image", "busybox")
+    assert out.returncode != 0 and "has no entrypoint or command" in out.stderr, out.stderr
+    Image.get("entry").delete()

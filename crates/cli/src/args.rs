@@ -151,8 +151,8 @@ pub struct CreateArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub opts: SandboxOpts,
-    /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    /// The command and its arguments; without one, the image's entrypoint and command.
+    #[arg(last = true)]
     pub command: Vec<String>,
 }
 

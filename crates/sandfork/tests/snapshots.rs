@@ -75,7 +75,15 @@ fn kill9_mid_checkpoint_leaves_no_half_snapshot() {
         .cli_cmd(&["checkpoint", &src, "--memory"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Killed the moment the checkpoint is under way (a fixed delay raced with dumps that
+    // finish in well under 300 ms).
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while d.json(&["inspect", &src])["state"] != "checkpointing" {
+        assert!(
+            std::time::Instant::now() < end,
+            "the checkpoint never started"
+        );
+    }
     d.kill9();
     let _ = cp.wait();
     d.spawn();

@@ -102,10 +102,43 @@ pub async fn exec(client: &Client, e: ExecArgs, json: bool) -> Result<i32> {
     exec_in(client, &e.id, body, json).await
 }
 
+/// What an image starts when given no command: its entrypoint, then its command.
+async fn image_command(client: &Client, image: Option<&str>) -> Result<Vec<String>> {
+    let name = match image {
+        Some(n) => n.to_string(),
+        None => {
+            let health: Value = client.json(Method::GET, "/v1/health", None::<&()>).await?;
+            output::field(&health, "default_image")
+        }
+    };
+    let path = format!("/v1/images/{}", crate::client::encode_segment(&name));
+    let image: Value = client.json(Method::GET, &path, None::<&()>).await?;
+    let list = |k: &str| -> Vec<String> {
+        image[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let argv: Vec<String> = list("entrypoint").into_iter().chain(list("cmd")).collect();
+    if argv.is_empty() {
+        bail!("no command given, and image {name} has no entrypoint or command");
+    }
+    Ok(argv)
+}
+
 pub async fn run(client: &Client, r: RunArgs, json: bool) -> Result<i32> {
     let create = create_body(&r.opts)?;
-    let body = exec_body(&r.command, &[], None, None)?;
     super::image::ensure(client, r.opts.image.as_deref(), json).await?;
+    let command = if r.command.is_empty() {
+        image_command(client, r.opts.image.as_deref()).await?
+    } else {
+        r.command
+    };
+    let body = exec_body(&command, &[], None, None)?;
     let sb: Value = client
         .json(Method::POST, "/v1/sandboxes", Some(&create))
         .await?;
