@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images
 
 setup:
 	@scripts/setup
@@ -76,6 +76,13 @@ bench-pool: build-release
 # The examples' warm states (browser, PostgreSQL, ML worker) next to podman + CRIU.
 # Real workloads (pip install, a C build, SQLite) on the disk path against overlayfs (as
 # podman mounts a container), a plain loop device and the host's filesystem; ~15 minutes.
+# Pull + first sandbox and a rebuild with a changed late step, next to podman.
+bench-images: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/images.py | tee $$out && \
+	  python3 bench/report.py "images" "make bench-images" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
 bench-workloads: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/workloads.py | tee $$out && \

@@ -92,6 +92,25 @@ def test_export_then_import_and_push_then_pull(daemon, registry, workdir: Path) 
     assert seen.returncode == 0 and '"Architecture"' in seen.stdout, seen.stderr
     out = cli(daemon, "image", "import", "-t", "round-trip", str(archive))
     assert out.returncode == 0, out.stderr
+    # What `docker load` reads, and an OCI layout directory.
+    saved = workdir / "exported.docker.tar"
+    out = cli(daemon, "image", "export", "to-export", "--format", "docker-archive", "-o", str(saved))
+    assert out.returncode == 0, out.stderr
+    seen = subprocess.run(["skopeo", "inspect", f"docker-archive:{saved}"], capture_output=True, text=True)
+    assert seen.returncode == 0 and '"Layers"' in seen.stdout, seen.stderr
+    with tarfile.open(saved) as t:
+        manifest = json.load(t.extractfile("manifest.json"))
+    assert manifest[0]["RepoTags"] == ["to-export:latest"], manifest
+    out = cli(daemon, "image", "import", "-t", "from-docker", str(saved))
+    assert out.returncode == 0, out.stderr
+    layout = workdir / "exported-layout"
+    out = cli(daemon, "image", "export", "to-export", "--format", "oci", "-o", str(layout))
+    assert out.returncode == 0, out.stderr
+    assert (layout / "index.json").is_file() and (layout / "oci-layout").is_file()
+    out = cli(daemon, "image", "import", "-t", "from-dir", str(layout))
+    assert out.returncode == 0, out.stderr
+    out = cli(daemon, "image", "export", "to-export", "--format", "oci", "-o", str(layout))
+    assert out.returncode != 0 and b"not empty" in out.stderr, out.stderr
 
     ref = f"{registry.host}/pushed/app:1"
     out = cli(daemon, "image", "push", "to-export", ref)
@@ -99,7 +118,7 @@ def test_export_then_import_and_push_then_pull(daemon, registry, workdir: Path) 
     out = cli(daemon, "image", "pull", ref)
     assert out.returncode == 0, out.stderr
 
-    for name in ("round-trip", ref):
+    for name in ("round-trip", "from-docker", "from-dir", ref):
         with Sandbox.create(image=name) as sb:
             r = sb.run("sh", ["-c", "cat /srv/mark; readlink /srv/link"])
             assert r.stdout.split() == ["exported", "/srv/mark"], (name, r.stdout, r.stderr)
@@ -107,3 +126,29 @@ def test_export_then_import_and_push_then_pull(daemon, registry, workdir: Path) 
     Image.get("to-export").delete()
     assert cli(daemon, "image", "export", "no-such", "-o", str(workdir / "x.tar")).returncode != 0
     assert not (workdir / "x.tar").exists()
+
+
+def test_async_images_export_and_import(daemon, workdir: Path) -> None:
+    import asyncio
+
+    from sandfork.aio import AsyncImage
+
+    async def go() -> None:
+        with Sandbox.create(image="busybox") as sb:
+            sb.run("sh", ["-c", "echo async > /mark && sync"])
+            snap = sb.checkpoint()
+        image = await AsyncImage.from_snapshot(snap.snapshot_id, "async-src")
+        size = await image.export(workdir / "a.docker.tar", format="docker-archive")
+        assert size == (workdir / "a.docker.tar").stat().st_size > 0
+        again = await AsyncImage.import_(workdir / "a.docker.tar", "async-copy")
+        with Sandbox.create(image=again.name) as sb:
+            assert sb.run("cat", ["/mark"]).stdout.strip() == "async"
+        with pytest.raises(ValueError, match="unknown export format"):
+            await image.export(workdir / "b.tar", format="zip")
+        for i in (image, again):
+            await i.delete()
+        from sandfork import Snapshot
+
+        Snapshot.get(snap.snapshot_id).delete()
+
+    asyncio.run(go())

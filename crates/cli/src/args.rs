@@ -238,13 +238,15 @@ pub enum ImageCommand {
         #[arg(short = 't', long = "tag")]
         tag: Option<String>,
     },
-    /// Export an image as an oci-archive (an OCI layout in a tar: `podman load`,
-    /// `skopeo copy oci-archive:FILE …`).
+    /// Export an image: an oci-archive (`podman load`, `skopeo copy oci-archive:FILE …`),
+    /// a docker-archive (`docker load`) or an OCI layout directory.
     Export {
         name: String,
-        /// The archive to write.
+        /// The archive (or, with --format oci, the directory) to write.
         #[arg(short = 'o', long = "output")]
         output: String,
+        #[arg(long, default_value = "oci-archive", value_parser = ["oci-archive", "docker-archive", "oci"])]
+        format: String,
     },
     /// Push an image to an OCI registry as `reference`.
     Push {

@@ -452,6 +452,49 @@ mod tests {
     }
 
     #[test]
+    fn credentials_come_from_the_docker_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // "tester:s3cret", as `docker login` writes it.
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"auths":{"reg.example:5000":{"auth":"dGVzdGVyOnMzY3JldA=="}}}"#,
+        )
+        .unwrap();
+        // SAFETY: no other test of this binary reads or writes the environment.
+        unsafe { std::env::set_var("DOCKER_CONFIG", dir.path()) };
+        let blobs = BlobStore::open(dir.path().join("blobs")).unwrap();
+        let with = Puller::new(
+            RegistryConfig {
+                docker_config: true,
+                ..Default::default()
+            },
+            blobs.clone(),
+        );
+        let r = parse("reg.example:5000/team/app:1").unwrap();
+        match with.auth(&r, None).unwrap() {
+            RegistryAuth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("tester", "s3cret")),
+            other => panic!("{other:?}"),
+        }
+        let other = parse("elsewhere.example/x:1").unwrap();
+        assert!(matches!(
+            with.auth(&other, None).unwrap(),
+            RegistryAuth::Anonymous
+        ));
+        let explicit = Credentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        assert!(
+            matches!(with.auth(&r, Some(&explicit)).unwrap(), RegistryAuth::Basic(u, _) if u == "u")
+        );
+        let without = Puller::new(RegistryConfig::default(), blobs);
+        assert!(matches!(
+            without.auth(&r, None).unwrap(),
+            RegistryAuth::Anonymous
+        ));
+    }
+
+    #[test]
     fn foreign_configs_are_refused() {
         let arch = Arch::default().to_string();
         let ok = format!(

@@ -335,9 +335,14 @@ pub trait Backend: Send + Sync + 'static {
             "This backend cannot import image archives".into(),
         ))
     }
-    /// Writes image `name` as an oci-archive (an OCI layout, one layer, in a tar) to
-    /// `out`, its index naming it `name`.
-    async fn export_image(&self, _name: &str, _out: &std::path::Path) -> BackendResult<()> {
+    /// Writes image `name` to `out` as an oci-archive (an OCI layout, one layer, in a
+    /// tar, its index naming it `name`), or with `docker` as a docker-archive.
+    async fn export_image(
+        &self,
+        _name: &str,
+        _out: &std::path::Path,
+        _docker: bool,
+    ) -> BackendResult<()> {
         Err(BackendError::Unsupported(
             "This backend cannot export images".into(),
         ))

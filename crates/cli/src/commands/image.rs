@@ -53,10 +53,11 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
             pull(client, &body, json).await
         }
         ImageCommand::Import { source, tag } => import(client, &source, tag.as_deref(), json).await,
-        ImageCommand::Export { name, output } => {
-            let path = format!("/v1/images/{}/export", encode_segment(&name));
-            super::snapshot::download(client, Method::GET, &path, &output).await
-        }
+        ImageCommand::Export {
+            name,
+            output,
+            format,
+        } => export(client, &name, &output, &format).await,
         ImageCommand::Push {
             name,
             reference,
@@ -188,6 +189,30 @@ async fn follow_build_printing(
     }
     bar.finish_and_clear();
     bail!("the build stream ended without a result")
+}
+
+/// Downloads the archive; an OCI layout directory is the oci-archive unpacked into a new
+/// directory.
+async fn export(client: &Client, name: &str, output: &str, format: &str) -> Result<i32> {
+    let wire = if format == "docker-archive" {
+        "docker-archive"
+    } else {
+        "oci-archive"
+    };
+    let path = format!("/v1/images/{}/export?format={wire}", encode_segment(name));
+    if format != "oci" {
+        return super::snapshot::download(client, Method::GET, &path, output).await;
+    }
+    let dir = std::path::Path::new(output);
+    if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
+        bail!("{output} exists and is not empty");
+    }
+    let archive = tempfile::NamedTempFile::new()?;
+    let tmp = archive.path().to_string_lossy().into_owned();
+    super::snapshot::download(client, Method::GET, &path, &tmp).await?;
+    std::fs::create_dir_all(dir)?;
+    tar::Archive::new(std::fs::File::open(&tmp)?).unpack(dir)?;
+    Ok(0)
 }
 
 async fn import(client: &Client, source: &str, tag: Option<&str>, json: bool) -> Result<i32> {

@@ -195,11 +195,45 @@ fn config_json(meta: &ImageMeta, diff_id: &str) -> Vec<u8> {
         "os": "linux",
         "config": config,
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        // One history entry per layer: builders (buildah, podman build) count on it.
+        "history": [{"created_by": "sandfork image export"}],
     }))
     .expect("a config serialises")
 }
 
 impl Exported {
+    /// Writes the image as a docker-archive tree in `dir` (what `docker save` writes:
+    /// `manifest.json`, the config, an uncompressed layer tar), tagged `tag`.
+    pub fn write_docker_archive(&self, dir: &Path, tag: &str) -> Result<()> {
+        let config_hex = format!("{:x}", Sha256::digest(&self.config));
+        let layer_hex = self.diff_id.trim_start_matches("sha256:");
+        let layer_dir = dir.join(layer_hex);
+        std::fs::create_dir_all(&layer_dir).at(&layer_dir)?;
+        let tar = layer_dir.join("layer.tar");
+        let gz = std::fs::File::open(&self.layer).at(&self.layer)?;
+        let mut out = std::fs::File::create(&tar).at(&tar)?;
+        std::io::copy(&mut flate2::read::GzDecoder::new(gz), &mut out).at(&tar)?;
+        let config = dir.join(format!("{config_hex}.json"));
+        std::fs::write(&config, &self.config).at(&config)?;
+        let tag = if tag
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':'))
+            || tag.contains('@')
+        {
+            tag.to_string()
+        } else {
+            format!("{tag}:latest")
+        };
+        let manifest = json!([{
+            "Config": format!("{config_hex}.json"),
+            "RepoTags": [tag],
+            "Layers": [format!("{layer_hex}/layer.tar")],
+        }]);
+        let p = dir.join("manifest.json");
+        std::fs::write(&p, serde_json::to_vec(&manifest).expect("serialises")).at(&p)
+    }
+
     /// Writes the image as an OCI layout in `dir`, its index naming it `reference`.
     pub fn write_layout(&self, dir: &Path, reference: &str) -> Result<()> {
         let blobs = dir.join("blobs").join("sha256");

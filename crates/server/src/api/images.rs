@@ -92,15 +92,38 @@ pub async fn from_snapshot(
     Ok((StatusCode::CREATED, Json(image)))
 }
 
-/// Export an image as an oci-archive: an OCI image layout (its root file system as one
-/// layer, its config, an index naming it) in a tar, streamed.
+/// Query of `GET /v1/images/{name}/export`.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    /// `oci-archive` (default) or `docker-archive` (what `docker load` reads).
+    pub format: Option<String>,
+}
+
+/// Export an image as an archive, streamed: an oci-archive (an OCI image layout — its root
+/// file system as one layer, its config, an index naming it — in a tar) or a
+/// docker-archive.
 #[utoipa::path(get, path = "/v1/images/{name}/export", tag = "images",
-    params(("name" = String, Path)),
+    params(("name" = String, Path), ExportQuery),
     responses((status = 200, content_type = "application/x-tar", body = Vec<u8>),
-        (status = 404, body = ErrorBody)))]
-pub async fn export(State(m): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn export(
+    State(m): State<AppState>,
+    Path(name): Path<String>,
+    super::extract::ApiQuery(q): super::extract::ApiQuery<ExportQuery>,
+) -> ApiResult<Response> {
     use axum::http::header;
-    let path = m.export_image(&name).await?;
+    let docker = match q.format.as_deref() {
+        None | Some("oci-archive") => false,
+        Some("docker-archive") => true,
+        Some(other) => {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "Unknown export format {other:?} (oci-archive or docker-archive)"
+            ))
+            .into())
+        }
+    };
+    let path = m.export_image(&name, docker).await?;
     let file = tokio::fs::File::open(&path).await;
     // Unlinked at once: the open file streams on and nothing is left behind.
     let _ = tokio::fs::remove_file(&path).await;

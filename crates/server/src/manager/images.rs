@@ -359,7 +359,7 @@ impl Manager {
 
     /// Writes image `name` as an oci-archive in the data directory's `tmp`; returns it
     /// (the caller removes it).
-    pub async fn export_image(&self, name: &str) -> Result<std::path::PathBuf> {
+    pub async fn export_image(&self, name: &str, docker: bool) -> Result<std::path::PathBuf> {
         self.check_open()?;
         let image = self.find_image(name).await?;
         let dir = self.config.data_dir.join("tmp");
@@ -367,7 +367,7 @@ impl Manager {
             .await
             .map_err(|e| Error::InvalidArgument(format!("Export failed: {e}")))?;
         let out = dir.join(format!("{}.oci.tar", model::ids::random_id::<8>("image")?));
-        match self.backend.export_image(&image.name, &out).await {
+        match self.backend.export_image(&image.name, &out, docker).await {
             Ok(()) => Ok(out),
             Err(e) => {
                 let _ = tokio::fs::remove_file(&out).await;

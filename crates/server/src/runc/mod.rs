@@ -569,8 +569,13 @@ impl Backend for RuncBackend {
         .map_err(|e| BackendError::Host(e.to_string()))?
     }
 
-    async fn export_image(&self, name: &str, out: &std::path::Path) -> BackendResult<()> {
-        self.export_oci(name, out).await
+    async fn export_image(
+        &self,
+        name: &str,
+        out: &std::path::Path,
+        docker: bool,
+    ) -> BackendResult<()> {
+        self.export_archive(name, out, docker).await
     }
 
     async fn push_image(

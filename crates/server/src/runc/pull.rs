@@ -40,14 +40,23 @@ impl RuncBackend {
 }
 
 impl RuncBackend {
-    pub(super) async fn export_oci(&self, name: &str, out: &std::path::Path) -> BackendResult<()> {
+    pub(super) async fn export_archive(
+        &self,
+        name: &str,
+        out: &std::path::Path,
+        docker: bool,
+    ) -> BackendResult<()> {
         let images = self.images.clone();
         let (name, out) = (name.to_string(), out.to_path_buf());
         tokio::task::spawn_blocking(move || -> BackendResult<()> {
             let exported = images.export(&name).map_err(super::host_err)?;
             let dir = out.with_extension("layout");
-            let written = exported
-                .write_layout(&dir, &name)
+            let tree = if docker {
+                exported.write_docker_archive(&dir, &name)
+            } else {
+                exported.write_layout(&dir, &name)
+            };
+            let written = tree
                 .map_err(super::host_err)
                 .and_then(|()| tar_dir(&dir, &out));
             let _ = std::fs::remove_dir_all(&dir);

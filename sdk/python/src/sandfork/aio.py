@@ -651,3 +651,23 @@ class AsyncImage:
 
     async def delete(self) -> None:
         await _call(self.sync.delete)
+
+    @classmethod
+    async def build(cls, context: PathLike, name: str, **kwargs: Any) -> "AsyncImage":
+        """Builds an image from a Dockerfile (see :meth:`Image.build`); ``on_progress`` is
+        called from a worker thread."""
+        return cls(await _call(Image.build, context, name, **kwargs))
+
+    @classmethod
+    async def import_(cls, path: PathLike, name: Optional[str] = None, *, client: Optional[Client] = None) -> "AsyncImage":
+        return cls(await _call(Image.import_, path, name, client=client))
+
+    @classmethod
+    async def from_snapshot(cls, snapshot_id: str, name: str, *, client: Optional[Client] = None) -> "AsyncImage":
+        return cls(await _call(Image.from_snapshot, snapshot_id, name, client=client))
+
+    async def export(self, path: PathLike, *, format: str = "oci-archive") -> int:
+        return await _call(self.sync.export, path, format=format)
+
+    async def push(self, reference: str, **kwargs: Any) -> str:
+        return await _call(self.sync.push, reference, **kwargs)

@@ -200,12 +200,16 @@ class Image:
         client._image_ready(str(doc["name"]))
         return cls(doc, client)
 
-    def export(self, path: Union[str, "os.PathLike[str]"]) -> int:
-        """Writes the image as an oci-archive at ``path``; returns its size in bytes."""
+    def export(self, path: Union[str, "os.PathLike[str]"], *, format: str = "oci-archive") -> int:
+        """Writes the image at ``path`` as an ``oci-archive`` (``podman load``, skopeo) or a
+        ``docker-archive`` (``docker load``); returns its size in bytes."""
+        if format not in ("oci-archive", "docker-archive"):
+            raise ValueError(f"unknown export format {format!r} (oci-archive or docker-archive)")
         tmp = Path(str(path) + ".partial")
         size = 0
+        url = f"/v1/images/{seg(self.name)}/export?format={format}"
         try:
-            with self._client.open("GET", f"/v1/images/{seg(self.name)}/export", unbounded=True) as stream, open(tmp, "wb") as out:
+            with self._client.open("GET", url, unbounded=True) as stream, open(tmp, "wb") as out:
                 for chunk in stream.iter_chunks():
                     out.write(chunk)
                     size += len(chunk)
