@@ -31,6 +31,17 @@ pub struct NetworkRequest {
     pub deny_out: Vec<String>,
 }
 
+/// What happens to a sandbox when its idle timeout passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Deleted, with its disk and processes.
+    Terminate,
+    /// Suspended (a memory checkpoint; its RAM is freed); the next exec, file or process
+    /// request, or a resume, brings it back.
+    Suspend,
+}
+
 /// Network mode names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -64,8 +75,11 @@ pub struct CreateSandbox {
     /// Root disk size in MiB (0 or absent: the image's); at most 1 TiB.
     #[schema(maximum = 1048576)]
     pub disk_mb: Option<u64>,
-    /// Idle seconds before the sandbox is terminated (unnamed) or suspended (named); 0 = never.
+    /// Idle seconds (no API request touching the sandbox) before `on_timeout`; 0 = never.
     pub timeout_secs: Option<u64>,
+    /// What the idle timeout does (default: `suspend` for a named sandbox, `terminate`
+    /// for an unnamed one).
+    pub on_timeout: Option<OnTimeout>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Named volumes to mount (with an image; a snapshot brings the volumes it had).
@@ -116,6 +130,14 @@ pub struct Sandbox {
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub timeout_secs: u64,
+    /// What the idle timeout does; absent in records from before it could be chosen (then
+    /// named sandboxes suspend and unnamed ones terminate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<OnTimeout>,
+    /// RFC 3339; when the idle timeout passes unless a request touches the sandbox first
+    /// (running sandboxes with a timeout only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     pub network: NetworkView,
     pub labels: BTreeMap<String, String>,
     /// RFC 3339.
@@ -144,6 +166,10 @@ pub struct UpdateSandbox {
     pub allow_out: Option<Vec<String>>,
     /// Replaces the egress deny list (CIDRs) of a sandbox with internet access.
     pub deny_out: Option<Vec<String>>,
+    /// A new idle timeout, counted from now (0 = never).
+    pub timeout_secs: Option<u64>,
+    /// A new action for the idle timeout.
+    pub on_timeout: Option<OnTimeout>,
 }
 
 /// `PATCH /v1/sandboxes/{id}/labels`: labels to set and keys to remove, applied in one step
@@ -177,6 +203,8 @@ pub struct SandboxList {
 pub struct ListQuery {
     pub state: Option<String>,
     pub name: Option<String>,
+    /// A JSON object of labels every listed sandbox has, e.g. `{"team":"rl"}`.
+    pub labels: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/exec` and `/processes`.
@@ -772,6 +800,8 @@ pub struct ForkRequest {
     pub name_prefix: Option<String>,
     /// Idle timeout of every child.
     pub timeout_secs: Option<u64>,
+    /// What every child's idle timeout does (default as at create).
+    pub on_timeout: Option<OnTimeout>,
 }
 
 /// Why one child of a fork failed.

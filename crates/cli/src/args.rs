@@ -25,6 +25,25 @@ pub enum Command {
         /// Only sandboxes in this state (e.g. running, failed, terminated).
         #[arg(long)]
         state: Option<String>,
+        /// Only sandboxes with label K=V (`--filter label=K=V`, repeatable; all must match).
+        #[arg(long = "filter", value_name = "label=K=V")]
+        filters: Vec<String>,
+    },
+    /// Set a sandbox's idle timeout, counted from now (0 = never).
+    Timeout {
+        id: String,
+        secs: u64,
+        /// What the timeout does.
+        #[arg(long, value_parser = ["terminate", "suspend"])]
+        on_timeout: Option<String>,
+    },
+    /// Set (K=V) and remove (--rm K) labels of a sandbox in one step.
+    Label {
+        id: String,
+        #[arg(value_name = "K=V")]
+        set: Vec<String>,
+        #[arg(long = "rm", value_name = "K")]
+        remove: Vec<String>,
     },
     /// Show one sandbox.
     Inspect { id: String },
@@ -142,9 +161,15 @@ pub struct CreateArgs {
     pub opts: SandboxOpts,
     #[arg(long)]
     pub name: Option<String>,
-    /// Idle seconds before the sandbox is terminated (0 = never).
+    /// Idle seconds before --on-timeout (0 = never).
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// What the idle timeout does (default: suspend when named, terminate otherwise).
+    #[arg(long, value_parser = ["terminate", "suspend"])]
+    pub on_timeout: Option<String>,
+    /// Label K=V (repeatable).
+    #[arg(long = "label", value_name = "K=V")]
+    pub labels: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -118,6 +118,29 @@ fn verbs_work_end_to_end() {
         .trim()
         .to_string();
     assert!(id.starts_with("sb-"), "{id}");
+    let other = d.ok(&["create", "--memory-mb", "64", "--label", "team=rl"]);
+    let other = other.trim();
+    assert_eq!(
+        d.ok(&["label", "cli-box", "team=eval", "run=7"]),
+        "run=7\nteam=eval\n"
+    );
+    assert_eq!(d.ok(&["label", "cli-box", "--rm", "run"]), "team=eval\n");
+    let only_rl = d.ok(&["ls", "--filter", "label=team=rl"]);
+    assert!(
+        only_rl.contains(other) && !only_rl.contains(&id),
+        "{only_rl}"
+    );
+    let out = d.cli(&["ls", "--filter", "state=running"]);
+    assert_eq!(out.status.code(), Some(1));
+    let timed = d.json(&["timeout", "cli-box", "600", "--on-timeout", "terminate"]);
+    assert_eq!(
+        (timed["timeout_secs"].as_u64(), timed["on_timeout"].as_str()),
+        (Some(600), Some("terminate"))
+    );
+    assert!(timed["expires_at"].is_string(), "{timed}");
+    d.ok(&["timeout", "cli-box", "0"]);
+    assert!(d.json(&["inspect", "cli-box"])["expires_at"].is_null());
+    assert_eq!(d.ok(&["rm", other]).trim(), other);
     let table = d.ok(&["ls"]);
     assert!(
         table.starts_with("ID") && table.contains(&id) && table.contains("cli-box"),

@@ -185,8 +185,30 @@ def test_suspend_resume_named(daemon) -> None:
         time.sleep(0.5)
         sb.suspend()
         assert sb.status == SandboxStatus.SUSPENDED
-        with pytest.raises(sandfork.ConflictError):
-            sb.run("true")
         Sandbox.connect(name).resume()
         assert sb.status == SandboxStatus.RUNNING and sb.name == name
         assert _ask(sb) == "survives-suspend"
+
+
+def test_an_idle_timeout_suspends_and_the_next_request_resumes(daemon) -> None:
+    tag = f"t{time.monotonic_ns()}"
+    with Sandbox.create(memory_mb=64, labels={"suite": tag}) as sb:
+        sb.write_file("/tmp/secret", "resumed-on-access")
+        sb.start_process("sh", ["-c", MEMORY_HOLDER])
+        time.sleep(0.5)
+        info = sb.set_timeout(1, on_timeout="suspend")
+        assert (info.timeout_secs, info.on_timeout) == (1, "suspend") and info.expires_at is not None
+        deadline = time.monotonic() + 30
+        while sb.status != SandboxStatus.SUSPENDED:
+            assert time.monotonic() < deadline, "the idle timeout did not suspend the sandbox"
+            time.sleep(0.2)
+        listed = Sandbox.list(labels={"suite": tag})
+        assert [(i.id, i.status) for i in listed] == [(sb.id, SandboxStatus.SUSPENDED)]
+        assert Sandbox.list(labels={"suite": tag, "other": "x"}) == []
+        # Any exec, file or process request resumes it, processes and memory intact.
+        assert _ask(sb) == "resumed-on-access"
+        assert sb.status == SandboxStatus.RUNNING
+        sb.set_timeout(0)
+        assert sb.info().expires_at is None
+        with pytest.raises(sandfork.SandboxError):
+            sb.set_timeout(5, on_timeout="explode")

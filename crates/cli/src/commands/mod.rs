@@ -14,14 +14,22 @@ use crate::client::Client;
 
 /// Parses `K=V` pairs.
 pub fn parse_env(pairs: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut env = std::collections::BTreeMap::new();
+    parse_pairs("--env", pairs)
+}
+
+/// `K=V` arguments of `flag` as a map.
+pub fn parse_pairs(
+    flag: &str,
+    pairs: &[String],
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut map = std::collections::BTreeMap::new();
     for p in pairs {
         let Some((k, v)) = p.split_once('=') else {
-            bail!("invalid --env {p:?}: use K=V")
+            bail!("invalid {flag} {p:?}: use K=V")
         };
-        env.insert(k.to_string(), v.into());
+        map.insert(k.to_string(), v.into());
     }
-    Ok(env)
+    Ok(map)
 }
 
 /// Runs one client verb; returns the process exit code.
@@ -30,7 +38,15 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
     let json = args.json;
     match command {
         Command::Create(c) => sandbox::create(&client, c, json).await,
-        Command::Ls { state } => sandbox::list(&client, state, json).await,
+        Command::Ls { state, filters } => sandbox::list(&client, state, &filters, json).await,
+        Command::Timeout {
+            id,
+            secs,
+            on_timeout,
+        } => sandbox::set_timeout(&client, &id, secs, on_timeout, json).await,
+        Command::Label { id, set, remove } => {
+            sandbox::label(&client, &id, &set, remove, json).await
+        }
         Command::Inspect { id } => sandbox::inspect(&client, &id).await,
         Command::Rm { ids } => sandbox::remove(&client, &ids, json).await,
         Command::Run(r) => run::run(&client, r, json).await,

@@ -58,6 +58,12 @@ pub async fn create(client: &Client, c: CreateArgs, json: bool) -> Result<i32> {
     if let Some(t) = c.timeout {
         body["timeout_secs"] = t.into();
     }
+    if let Some(a) = c.on_timeout {
+        body["on_timeout"] = a.into();
+    }
+    if !c.labels.is_empty() {
+        body["labels"] = json!(super::parse_pairs("--label", &c.labels)?);
+    }
     super::image::ensure(client, c.opts.image.as_deref(), json).await?;
     let sb: Value = client
         .json(Method::POST, "/v1/sandboxes", Some(&body))
@@ -70,10 +76,27 @@ pub async fn create(client: &Client, c: CreateArgs, json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub async fn list(client: &Client, state: Option<String>, json: bool) -> Result<i32> {
-    let path = match state {
-        Some(s) => format!("/v1/sandboxes?state={}", encode(&s)),
-        None => "/v1/sandboxes".into(),
+pub async fn list(
+    client: &Client,
+    state: Option<String>,
+    filters: &[String],
+    json: bool,
+) -> Result<i32> {
+    let mut query = Vec::new();
+    if let Some(s) = state {
+        query.push(format!("state={}", encode(&s)));
+    }
+    let labels = label_filters(filters)?;
+    if !labels.is_empty() {
+        query.push(format!(
+            "labels={}",
+            encode(&serde_json::to_string(&labels)?)
+        ));
+    }
+    let path = if query.is_empty() {
+        "/v1/sandboxes".to_string()
+    } else {
+        format!("/v1/sandboxes?{}", query.join("&"))
     };
     let reply: Value = client.json(Method::GET, &path, None::<&()>).await?;
     if json {
@@ -103,6 +126,82 @@ pub async fn list(client: &Client, state: Option<String>, json: bool) -> Result<
         &["ID", "NAME", "STATE", "IMAGE", "CPUS", "MEMORY", "CREATED"],
         &rows,
     );
+    Ok(0)
+}
+
+/// `label=K=V` filters as the labels every listed sandbox must have.
+fn label_filters(filters: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    let pairs: Vec<String> = filters
+        .iter()
+        .map(|f| {
+            f.strip_prefix("label=")
+                .map(str::to_string)
+                .ok_or_else(|| anyhow::anyhow!("--filter {f:?}: only label=K=V filters are known"))
+        })
+        .collect::<Result<_>>()?;
+    super::parse_pairs("--filter label=", &pairs)
+}
+
+/// `sandfork timeout ID SECS [--on-timeout A]`.
+pub async fn set_timeout(
+    client: &Client,
+    id: &str,
+    secs: u64,
+    on_timeout: Option<String>,
+    json: bool,
+) -> Result<i32> {
+    let mut body = json!({ "timeout_secs": secs });
+    if let Some(a) = on_timeout {
+        body["on_timeout"] = a.into();
+    }
+    let sb: Value = client
+        .json(
+            Method::PATCH,
+            &format!("/v1/sandboxes/{}", encode(id)),
+            Some(&body),
+        )
+        .await?;
+    if json {
+        output::json(&sb);
+    } else {
+        let expires = sb
+            .get("expires_at")
+            .and_then(Value::as_str)
+            .unwrap_or("never");
+        println!(
+            "{} {} expires {expires}",
+            output::field(&sb, "id"),
+            output::field(&sb, "on_timeout")
+        );
+    }
+    Ok(0)
+}
+
+/// `sandfork label ID K=V… [--rm K…]`.
+pub async fn label(
+    client: &Client,
+    id: &str,
+    set: &[String],
+    remove: Vec<String>,
+    json: bool,
+) -> Result<i32> {
+    let body = json!({ "set": super::parse_pairs("label", set)?, "remove": remove });
+    let reply: Value = client
+        .json(
+            Method::PATCH,
+            &format!("/v1/sandboxes/{}/labels", encode(id)),
+            Some(&body),
+        )
+        .await?;
+    if json {
+        output::json(&reply);
+        return Ok(0);
+    }
+    if let Some(labels) = reply["labels"].as_object() {
+        for (k, v) in labels {
+            println!("{k}={}", v.as_str().unwrap_or_default());
+        }
+    }
     Ok(0)
 }
 

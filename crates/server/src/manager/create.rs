@@ -101,6 +101,7 @@ pub fn validate(req: &CreateSandbox) -> Result<()> {
     if let Some(n) = &req.name {
         check_name(n)?;
     }
+    super::reaper::check_timeout(req.timeout_secs)?;
     let cpus = req.cpus.unwrap_or(1.0);
     if !(cpus.is_finite() && (0.01..=1024.0).contains(&cpus)) {
         return Err(Error::InvalidArgument(format!(
@@ -200,6 +201,11 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
         memory_mb: boot.memory_mb,
         disk_mb: boot.disk_mb,
         timeout_secs: req.timeout_secs.unwrap_or(0),
+        on_timeout: Some(super::reaper::on_timeout(
+            req.on_timeout,
+            req.name.as_deref(),
+        )),
+        expires_at: None,
         network: NetworkView {
             mode: net.mode,
             address: None,

@@ -25,12 +25,16 @@ pub type PlaneGuard = tokio::sync::OwnedRwLockReadGuard<()>;
 pub type Drained = tokio::sync::OwnedRwLockWriteGuard<()>;
 
 impl Manager {
-    /// Resolves a running sandbox for data-plane use and records the activity. The guard
-    /// is held while the request talks to the agent; it waits for a memory checkpoint in
-    /// progress, so the state is checked after it.
+    /// Resolves a running sandbox for data-plane use and records the activity; a
+    /// suspended one is resumed first (resume on access). The guard is held while the
+    /// request talks to the agent; it waits for a memory checkpoint in progress, so the
+    /// state is checked after it.
     pub async fn using(&self, id_or_name: &str) -> Result<(String, PlaneGuard)> {
         self.check_open()?;
         let entry = self.find(id_or_name)?;
+        if entry.state() == model::State::Suspended {
+            self.resume_on_access(&entry.view().id).await?;
+        }
         let guard = entry.plane.clone().read_owned().await;
         let view = entry.view();
         if plan(view.state, Op::Use).is_none() {
@@ -41,6 +45,20 @@ impl Manager {
         }
         entry.touch();
         Ok((view.id, guard))
+    }
+
+    /// Resumes a suspended sandbox for a request that needs it running. Concurrent
+    /// requests wait for the one resume (it holds the sandbox's operation lock); whoever
+    /// finds it already resumed goes on.
+    async fn resume_on_access(&self, id: &str) -> Result<()> {
+        match self.resume(id).await {
+            Ok(_) => {
+                tracing::info!(sandbox = %id, "resumed on access");
+                Ok(())
+            }
+            Err(Error::WrongState { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits up to [`DRAIN`] for the data-plane requests of `entry` to end, and holds new

@@ -36,6 +36,7 @@ pub(super) struct Child {
     pub secrets: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     pub timeout_secs: u64,
+    pub on_timeout: Option<api_types::OnTimeout>,
     /// Resource overrides (filesystem snapshots only).
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
@@ -116,6 +117,8 @@ fn child_row(rec: &SnapshotRecord, c: &Child, id: String) -> Result<SandboxRow> 
         memory_mb: boot.memory_mb,
         disk_mb: boot.disk_mb,
         timeout_secs: c.timeout_secs,
+        on_timeout: Some(super::reaper::on_timeout(c.on_timeout, c.name.as_deref())),
+        expires_at: None,
         network: NetworkView {
             mode,
             address: None,
@@ -157,6 +160,7 @@ impl Manager {
             secrets: req.secrets.clone(),
             labels: req.labels.clone(),
             timeout_secs: req.timeout_secs.unwrap_or(0),
+            on_timeout: req.on_timeout,
             cpus: req.cpus,
             memory_mb: req.memory_mb,
             disk_mb: req.disk_mb,
@@ -331,6 +335,7 @@ impl Manager {
 }
 
 fn check_fork(req: &ForkRequest) -> Result<()> {
+    super::reaper::check_timeout(req.timeout_secs)?;
     if req.count == 0 || req.count > MAX_FORK {
         return Err(Error::InvalidArgument(format!(
             "count must be 1-{MAX_FORK}, got {}",
@@ -377,6 +382,7 @@ fn child_of(req: &ForkRequest, i: u32) -> Child {
         secrets: req.secrets.clone(),
         labels,
         timeout_secs: req.timeout_secs.unwrap_or(0),
+        on_timeout: req.on_timeout,
         ..Default::default()
     }
 }
@@ -460,6 +466,7 @@ mod tests {
             }],
             name_prefix: Some("w".into()),
             timeout_secs: Some(5),
+            on_timeout: None,
         };
         check_fork(&req).unwrap();
         let (c0, c2) = (child_of(&req, 0), child_of(&req, 2));

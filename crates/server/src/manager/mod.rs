@@ -41,7 +41,7 @@ use model::{plan, Op, State};
 pub use admission::{Admission, Policy};
 pub use images::{validate_build, BUILDERS};
 pub use pool::PoolGauge;
-pub use reaper::{idle_action, IdleAction};
+pub use reaper::on_timeout;
 pub use snapshots::CheckpointArgs;
 
 /// One sandbox known to the manager.
@@ -70,8 +70,11 @@ impl Entry {
         lock(&self.row).clone()
     }
 
+    /// The sandbox as reported: its record, with when its idle timeout passes.
     fn view(&self) -> Sandbox {
-        lock(&self.row).view.clone()
+        let mut view = lock(&self.row).view.clone();
+        view.expires_at = reaper::expires_at(&view, self.idle_for());
+        view
     }
 
     fn state(&self) -> State {
@@ -86,6 +89,18 @@ impl Entry {
     fn idle_for(&self) -> Duration {
         lock(&self.last_active).elapsed()
     }
+}
+
+/// The labels a listing asks for: a JSON object of strings.
+fn label_filter(raw: Option<&str>) -> Result<BTreeMap<String, String>> {
+    let Some(raw) = raw else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(raw).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "labels must be a JSON object of strings, e.g. {{\"team\":\"rl\"}}: {e}"
+        ))
+    })
 }
 
 /// Locks a std mutex, recovering the data if a holder panicked.
@@ -223,6 +238,7 @@ impl Manager {
             ),
             None => None,
         };
+        let wanted = label_filter(q.labels.as_deref())?;
         let mut out: Vec<Sandbox> = self
             .registry()
             .entries
@@ -230,6 +246,7 @@ impl Manager {
             .map(|e| e.view())
             .filter(|v| state.map_or(v.state != State::Terminated, |s| v.state == s))
             .filter(|v| q.name.is_none() || v.name == q.name)
+            .filter(|v| wanted.iter().all(|(k, val)| v.labels.get(k) == Some(val)))
             .collect();
         out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         Ok(out)

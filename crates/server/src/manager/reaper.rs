@@ -1,29 +1,47 @@
 //! Idle timeouts: a sandbox with `timeout_secs > 0` and no API activity for that long is
-//! terminated when unnamed; named ones are suspended (see [`idle_action`]).
+//! terminated or suspended, as its `on_timeout` says (see [`on_timeout`]).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::{Entry, Manager};
-use api_types::Sandbox;
+use api_types::{OnTimeout, Sandbox};
 use model::State;
 
 /// Terminated sandboxes kept in memory (for `GET` and idempotent `DELETE`).
 pub const KEEP_TERMINATED: usize = 1000;
 
-/// What to do with a sandbox whose idle timeout passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdleAction {
-    Terminate,
-    Suspend,
+/// The action asked for, or by default: named sandboxes suspend (keeping their state, found
+/// again by name), unnamed ones terminate.
+pub fn on_timeout(asked: Option<OnTimeout>, name: Option<&str>) -> OnTimeout {
+    asked.unwrap_or(if name.is_some() {
+        OnTimeout::Suspend
+    } else {
+        OnTimeout::Terminate
+    })
 }
 
-/// The policy: named sandboxes suspend (keeping their state), unnamed ones terminate.
-pub fn idle_action(view: &Sandbox) -> IdleAction {
-    if view.name.is_some() {
-        IdleAction::Suspend
-    } else {
-        IdleAction::Terminate
+/// When a running sandbox's idle timeout passes, as things stand.
+pub(super) fn expires_at(view: &Sandbox, idle_for: Duration) -> Option<String> {
+    if view.state != State::Running || view.timeout_secs == 0 {
+        return None;
+    }
+    let left = Duration::from_secs(view.timeout_secs).saturating_sub(idle_for);
+    SystemTime::now()
+        .checked_add(left)
+        .map(model::timestamp::rfc3339_millis)
+}
+
+/// The longest idle timeout: ten years.
+pub const MAX_TIMEOUT_SECS: u64 = 10 * 366 * 24 * 3600;
+
+/// A timeout is at most [`MAX_TIMEOUT_SECS`] (0 is never).
+pub(super) fn check_timeout(secs: Option<u64>) -> crate::error::Result<()> {
+    match secs {
+        Some(s) if s > MAX_TIMEOUT_SECS => Err(crate::error::Error::InvalidArgument(format!(
+            "timeout_secs {s} is out of range (0 = never, at most {MAX_TIMEOUT_SECS})"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -86,11 +104,11 @@ impl Manager {
     }
 
     async fn on_idle(&self, view: Sandbox) {
-        let action = idle_action(&view);
+        let action = on_timeout(view.on_timeout, view.name.as_deref());
         tracing::info!(sandbox = %view.id, ?action, timeout_secs = view.timeout_secs, "idle timeout");
         let done = match action {
-            IdleAction::Suspend => self.suspend(&view.id).await.map(drop),
-            IdleAction::Terminate => self.terminate(&view.id).await.map(drop),
+            OnTimeout::Suspend => self.suspend(&view.id).await.map(drop),
+            OnTimeout::Terminate => self.terminate(&view.id).await.map(drop),
         };
         if let Err(e) = done {
             // Try again after another idle period, not on every tick (a failing suspend is

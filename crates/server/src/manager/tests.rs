@@ -290,7 +290,7 @@ async fn create_terminate_and_wrong_state() {
     assert!(m.list(&ListQuery::default()).unwrap().is_empty());
     let q = ListQuery {
         state: Some("terminated".into()),
-        name: None,
+        ..Default::default()
     };
     assert_eq!(m.list(&q).unwrap().len(), 1);
 }
@@ -427,7 +427,7 @@ async fn failed_create_releases_and_records_why() {
     let failed = m
         .list(&ListQuery {
             state: Some("failed".into()),
-            name: None,
+            ..Default::default()
         })
         .unwrap();
     assert_eq!(failed.len(), 1);
@@ -1158,4 +1158,76 @@ async fn snapshot_files_read_by_a_later_snapshot_outlive_its_row_and_go_with_the
         0,
         "the chain goes with its last reader"
     );
+}
+
+#[tokio::test]
+async fn timeouts_are_shown_set_from_now_and_checked_and_lists_filter_by_labels() {
+    use api_types::{OnTimeout, UpdateSandbox};
+    let s = setup(10, 10_000);
+    let m = manager(&s, Arc::new(Fake::default())).await;
+    let labelled = |team: &str| [("team".to_string(), team.to_string())].into();
+    let rl = m
+        .create(CreateSandbox {
+            labels: labelled("rl"),
+            ..req(64)
+        })
+        .await
+        .unwrap();
+    assert_eq!(rl.on_timeout, Some(OnTimeout::Terminate));
+    assert_eq!(rl.expires_at, None, "no timeout, no expiry");
+    let eval = m
+        .create(CreateSandbox {
+            name: Some("eval".into()),
+            timeout_secs: Some(3600),
+            labels: labelled("eval"),
+            ..req(64)
+        })
+        .await
+        .unwrap();
+    assert_eq!(eval.on_timeout, Some(OnTimeout::Suspend), "named: suspend");
+    assert!(eval.expires_at.as_deref() > Some(eval.created_at.as_str()));
+
+    let only = |labels: &str| ListQuery {
+        labels: Some(labels.into()),
+        ..Default::default()
+    };
+    let ids = |q| {
+        m.list(&q)
+            .unwrap()
+            .into_iter()
+            .map(|v| v.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(only(r#"{"team":"rl"}"#)), vec![rl.id.clone()]);
+    assert_eq!(ids(only(r#"{"team":"eval"}"#)), vec![eval.id.clone()]);
+    assert!(ids(only(r#"{"team":"rl","x":"y"}"#)).is_empty());
+    assert_eq!(ids(only("{}")).len(), 2);
+    let bad = m.list(&only("team=rl")).unwrap_err();
+    assert!(
+        matches!(bad, Error::InvalidArgument(ref msg) if msg.contains("JSON object")),
+        "{bad:?}"
+    );
+
+    let too_long = UpdateSandbox {
+        timeout_secs: Some(u64::MAX),
+        ..Default::default()
+    };
+    let err = m.update(&eval.id, too_long).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument(ref msg) if msg.contains("timeout_secs")),
+        "{err:?}"
+    );
+    let set = UpdateSandbox {
+        timeout_secs: Some(1),
+        on_timeout: Some(OnTimeout::Terminate),
+        ..Default::default()
+    };
+    let now = m.update(&rl.id, set).await.unwrap();
+    assert_eq!(now.timeout_secs, 1);
+    assert!(now.expires_at.is_some());
+    until("the new timeout terminates it", || {
+        m.get(&rl.id).unwrap().state == State::Terminated
+    })
+    .await;
+    assert_eq!(m.get(&eval.id).unwrap().state, State::Running);
 }

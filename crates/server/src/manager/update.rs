@@ -16,7 +16,9 @@ impl Manager {
         self.check_open()?;
         if req == UpdateSandbox::default() {
             return Err(Error::InvalidArgument(
-                "Nothing to change: give name, labels, allow_out or deny_out".into(),
+                "Nothing to change: give name, labels, allow_out, deny_out, timeout_secs or \
+                 on_timeout"
+                    .into(),
             ));
         }
         if let Some(name) = &req.name {
@@ -25,6 +27,7 @@ impl Manager {
         if let Some(new) = &req.labels {
             labels::check(new)?;
         }
+        super::reaper::check_timeout(req.timeout_secs)?;
         let egress = req.allow_out.is_some() || req.deny_out.is_some();
         for list in [&req.allow_out, &req.deny_out].into_iter().flatten() {
             check_cidrs(list)?;
@@ -53,6 +56,19 @@ impl Manager {
             req.labels,
             egress.then_some((allow, deny)),
         )?;
+        if req.timeout_secs.is_some() || req.on_timeout.is_some() {
+            let mut row = lock(&entry.row);
+            if let Some(secs) = req.timeout_secs {
+                row.view.timeout_secs = secs;
+            }
+            if let Some(action) = req.on_timeout {
+                row.view.on_timeout = Some(action);
+            }
+        }
+        // A new timeout counts from now.
+        if req.timeout_secs.is_some() {
+            entry.touch();
+        }
         self.store.put_sandbox(entry.row()).await?;
         tracing::info!(sandbox = %id, "sandbox updated");
         Ok(entry.view())

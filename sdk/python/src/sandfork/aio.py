@@ -496,6 +496,7 @@ class AsyncSandbox:
     info = _mirror("info")
     update = _mirror("update")
     update_labels = _mirror("update_labels")
+    set_timeout = _mirror("set_timeout")
     terminate = _mirror("terminate")
 
     def close(self) -> None:

@@ -156,6 +156,7 @@ class SandboxClient:
         env: Optional[Mapping[str, str]] = None,
         secrets: Optional[Mapping[str, str]] = None,
         labels: Optional[Mapping[str, str]] = None,
+        on_timeout: Optional[str] = None,
         on_progress: Optional[ProgressCallback] = None,
     ) -> CreateSandboxResponse:
         """Asks for a sandbox and returns at once (its status may still be ``PENDING``).
@@ -165,6 +166,7 @@ class SandboxClient:
         spec = build_create(
             self._client, image, cpus, memory_mb, disk_mb, gpus, gpu_model, timeout_secs, entrypoint,
             allow_internet_access, allow_out, deny_out, None, snapshot_id, name, file_systems, gpu, env, secrets, labels,
+            on_timeout,
         )  # fmt: skip
         if spec.image is not None:
             ensure_image(self._client, spec.image, on_progress)
@@ -202,6 +204,7 @@ class SandboxClient:
         env: Optional[Mapping[str, str]] = None,
         secrets: Optional[Mapping[str, str]] = None,
         labels: Optional[Mapping[str, str]] = None,
+        on_timeout: Optional[str] = None,
         on_progress: Optional[ProgressCallback] = None,
     ) -> Sandbox:
         """Creates a sandbox, waits until it runs, and returns a handle that owns it
@@ -209,7 +212,8 @@ class SandboxClient:
         return Sandbox.create(
             image, cpus, memory_mb, disk_mb, gpus, gpu_model, timeout_secs, entrypoint, allow_internet_access,
             allow_out, deny_out, pool_id, snapshot_id, proxy_url, request_timeout or startup_timeout, None, name,
-            file_systems, gpu=gpu, env=env, secrets=secrets, labels=labels, client=self._client, on_progress=on_progress,
+            file_systems, gpu=gpu, env=env, secrets=secrets, labels=labels, on_timeout=on_timeout, client=self._client,
+            on_progress=on_progress,
         )  # fmt: skip
 
     def connect(

@@ -802,6 +802,8 @@ class SandboxInfo(TracedMixin):
     snapshot_id: Optional[str] = None
     labels: Dict[str, str] = field(default_factory=dict)
     last_active_at: Optional[datetime] = None
+    on_timeout: Optional[str] = None
+    expires_at: Optional[datetime] = None
     fork: Optional[Dict[str, Any]] = None
     error: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -856,6 +858,8 @@ class SandboxInfo(TracedMixin):
             snapshot_id=doc.get("snapshot_id"),
             labels=dict(doc.get("labels") or {}),
             last_active_at=parse_time(doc.get("last_active_at")),
+            on_timeout=doc.get("on_timeout"),
+            expires_at=parse_time(doc.get("expires_at")),
             fork=doc.get("fork"),
             error=doc.get("error"),
             raw=doc,

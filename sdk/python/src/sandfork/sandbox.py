@@ -8,6 +8,7 @@ hooks, export/import, streaming) are extra methods or keyword-only arguments.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import threading
 import time
@@ -212,6 +213,7 @@ def build_create(
     env: Optional[Mapping[str, str]] = None,
     secrets: Optional[Mapping[str, str]] = None,
     labels: Optional[Mapping[str, str]] = None,
+    on_timeout: Optional[str] = None,
 ) -> CreateSpec:
     """Checks Tensorlake's create arguments and builds the daemon's request."""
     if gpus is not None or gpu is not None or gpu_model is not None:
@@ -232,6 +234,7 @@ def build_create(
         name=name, disk_mb=disk_v, timeout_secs=timeout_v,
         env=check_str_map("env", env) or None, secrets=check_str_map("secrets", secrets) or None,
         labels=check_str_map("labels", labels) or None, volumes=volumes or None,
+        on_timeout=check_on_timeout(on_timeout),
     )  # fmt: skip
     if snapshot_id is not None:
         body["snapshot_id"] = snapshot_id
@@ -346,6 +349,7 @@ class Sandbox(FilesMixin):
         env: Optional[Mapping[str, str]] = None,
         secrets: Optional[Mapping[str, str]] = None,
         labels: Optional[Mapping[str, str]] = None,
+        on_timeout: Optional[str] = None,
         client: Optional[Client] = None,
         on_progress: Optional[ProgressCallback] = None,
     ) -> "Sandbox":
@@ -358,8 +362,8 @@ class Sandbox(FilesMixin):
             cpus: CPU cores (default 1.0).
             memory_mb: Memory limit in MiB (default 1024).
             disk_mb: Root disk size in MiB (default: the image's size).
-            timeout_secs: Idle seconds before the sandbox is terminated
-                (suspended when named); ``None`` or 0: never.
+            timeout_secs: Idle seconds (no request touching the sandbox) before
+                ``on_timeout``; ``None`` or 0: never. See :meth:`set_timeout`.
             entrypoint: A command started in the background once the sandbox runs.
             allow_internet_access: Egress to the internet through the host (default True).
             allow_out: IPv4 addresses/CIDRs that are the only ones allowed out.
@@ -396,7 +400,7 @@ class Sandbox(FilesMixin):
         budget = check_number("startup_timeout", startup_timeout) or check_number("request_timeout", request_timeout) or DEFAULT_STARTUP_TIMEOUT
         spec = build_create(
             client, image, cpus, memory_mb, disk_mb, gpus, gpu_model, timeout_secs, entrypoint, allow_internet_access,
-            allow_out, deny_out, pool_id, snapshot_id, name, file_systems, gpu, env, secrets, labels,
+            allow_out, deny_out, pool_id, snapshot_id, name, file_systems, gpu, env, secrets, labels, on_timeout,
         )  # fmt: skip
         if spec.image is not None:
             ensure_image(client, spec.image, on_progress)
@@ -460,12 +464,14 @@ class Sandbox(FilesMixin):
         *,
         state: Union[None, str, SandboxStatus] = None,
         name: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
         client: Optional[Client] = None,
     ) -> TracedList[SandboxInfo]:
         """Lists sandboxes (terminated ones only with ``state="terminated"``);
-        sandfork's ``state`` and ``name`` filter the list."""
+        sandfork's ``state``, ``name`` and ``labels`` (every one given must match) filter
+        the list."""
         client = client_for(client, api_url, api_key, namespace, request_timeout)
-        return list_sandboxes(client, state, name)
+        return list_sandboxes(client, state, name, labels)
 
     @classmethod
     def get_snapshot(
@@ -559,6 +565,15 @@ class Sandbox(FilesMixin):
         body = update_body(name, allow_unauthenticated_access, exposed_ports, network, labels)
         if not self._client.features().update_sandbox:
             raise errors.needs_newer_daemon("updating a sandbox (rename, egress rules)", "PATCH /v1/sandboxes/{id}")
+        self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
+        return self._info
+
+    def set_timeout(self, timeout_secs: int, *, on_timeout: Optional[str] = None) -> SandboxInfo:
+        """Sets the idle timeout, counted from now (0: never), and optionally what it does
+        (``"terminate"`` or ``"suspend"``; a suspended sandbox resumes on its next exec,
+        file or process request). ``info().expires_at`` tells when it passes."""
+        secs = check_int("timeout_secs", timeout_secs, minimum=0, none_ok=False)
+        body = drop_none(timeout_secs=secs, on_timeout=check_on_timeout(on_timeout))
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
 
@@ -1070,9 +1085,20 @@ class Sandbox(FilesMixin):
             raise errors.SandboxError(f"Sandbox {self.id} is {info.status} after {what}{detail}", code="failed")
 
 
-def list_sandboxes(client: Client, state: Union[None, str, SandboxStatus] = None, name: Optional[str] = None) -> TracedList[SandboxInfo]:
+def check_on_timeout(value: Optional[str]) -> Optional[str]:
+    """``on_timeout`` is ``"terminate"`` or ``"suspend"``."""
+    if value is not None and value not in ("terminate", "suspend"):
+        raise errors.InvalidArgumentError(f"on_timeout must be 'terminate' or 'suspend', not {value!r}", code="invalid_argument")
+    return value
+
+
+def list_sandboxes(
+    client: Client, state: Union[None, str, SandboxStatus] = None, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None
+) -> TracedList[SandboxInfo]:
     """``GET /v1/sandboxes`` as a list of :class:`SandboxInfo`."""
-    doc = client.request_json("GET", "/v1/sandboxes", query={"state": _state_value(state), "name": check_str("name", name)})
+    wanted = check_str_map("labels", labels)
+    query = {"state": _state_value(state), "name": check_str("name", name), "labels": json.dumps(wanted) if wanted else None}
+    doc = client.request_json("GET", "/v1/sandboxes", query=query)
     return TracedList(SandboxInfo.from_json(d) for d in (doc or {}).get("sandboxes", []))
 
 
