@@ -197,6 +197,33 @@ pub struct SandboxList {
     pub sandboxes: Vec<Sandbox>,
 }
 
+/// `GET /v1/sandboxes/{id}/stats`: what a running sandbox uses, read when asked.
+/// Counters (CPU time, network) run from the sandbox's boot, or from its restore for a
+/// restored, forked or resumed sandbox; a client gets rates from two readings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxStats {
+    pub id: String,
+    /// RFC 3339.
+    pub sampled_at: String,
+    /// CPU time used by every process of the sandbox.
+    pub cpu_seconds: f64,
+    /// Its CPU limit, in cores.
+    pub cpus: f64,
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub pids: u64,
+    /// Processes the kernel's OOM killer killed for want of memory.
+    pub oom_kills: u64,
+    /// Of the root disk, as its file system counts.
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+    /// Through its network interfaces (loopback not counted).
+    pub net_rx_bytes: u64,
+    pub net_tx_bytes: u64,
+    pub net_rx_packets: u64,
+    pub net_tx_packets: u64,
+}
+
 /// Filters of `GET /v1/sandboxes` (terminated ones are listed only when asked for).
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -29,6 +29,9 @@ pub enum Command {
         #[arg(long = "filter", value_name = "label=K=V")]
         filters: Vec<String>,
     },
+    /// Show what running sandboxes use: CPU (over half a second), memory, processes,
+    /// disk, network. Without ids: every running sandbox.
+    Stats { ids: Vec<String> },
     /// Set a sandbox's idle timeout, counted from now (0 = never).
     Timeout {
         id: String,

@@ -295,6 +295,27 @@ impl ContainerRuntime {
         self.blocking(move |i| i.inspect(&id)).await
     }
 
+    /// The sandbox's CPU, memory, pids, root disk and network use, read now.
+    pub async fn stats(&self, id: &str) -> Result<crate::Stats> {
+        let info = self.inspect(id).await?;
+        let rootfs = self.layout().sandbox(id).rootfs();
+        tokio::task::spawn_blocking(move || {
+            let (disk_used_bytes, disk_total_bytes) = crate::space::fs_usage(&rootfs)?;
+            let net = info.pid.map(crate::net::counters).unwrap_or_default();
+            Ok(crate::Stats {
+                usage: info.usage,
+                disk_used_bytes,
+                disk_total_bytes,
+                net,
+            })
+        })
+        .await
+        .map_err(|e| Error::Command {
+            command: "runtime task".into(),
+            detail: e.to_string(),
+        })?
+    }
+
     /// Ids of every sandbox in the data directory.
     pub async fn list(&self) -> Result<Vec<String>> {
         self.blocking(|i| i.list()).await

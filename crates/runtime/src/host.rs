@@ -35,11 +35,17 @@ pub struct ContainerState {
     pub pid: Option<u32>,
 }
 
-/// Memory and pids usage read from the sandbox's cgroup.
+/// Memory, CPU and pids usage read from the sandbox's cgroup.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     pub memory_bytes: u64,
     pub pids: u64,
+    /// The memory limit (0 when the cgroup has none readable).
+    pub memory_limit_bytes: u64,
+    /// CPU time used by every task of the cgroup since it was made.
+    pub cpu_nanos: u64,
+    /// Processes the kernel's OOM killer killed in the cgroup.
+    pub oom_kills: u64,
 }
 
 /// Host side effects used by the container runtime.

@@ -70,6 +70,26 @@ pub enum SandboxStatus {
     Stopped,
 }
 
+/// A running sandbox's resource use, as [`ContainerRuntime::stats`] reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub usage: Usage,
+    /// Of its root disk, as its file system reports.
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+    /// Summed over its network interfaces but loopback.
+    pub net: NetCounters,
+}
+
+/// Bytes and packets through a network namespace's interfaces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+}
+
 /// What [`Runtime::inspect`] reports.
 #[derive(Debug, Clone)]
 pub struct SandboxInfo {

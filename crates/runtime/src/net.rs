@@ -25,6 +25,23 @@ use crate::spec::Cidr;
 /// made before cannot be removed).
 pub const NETNS_DIR: &str = "/run/sandfork/netns";
 
+/// Traffic through the interfaces (but loopback) of the network namespace that process
+/// `pid` is in; zero when it cannot be read (the process is gone).
+pub fn counters(pid: u32) -> crate::NetCounters {
+    let devices = procfs::process::Process::new(pid as i32).and_then(|p| p.dev_status());
+    let mut sum = crate::NetCounters::default();
+    for dev in devices.into_iter().flat_map(|d| d.into_values()) {
+        if dev.name == "lo" {
+            continue;
+        }
+        sum.rx_bytes += dev.recv_bytes;
+        sum.tx_bytes += dev.sent_bytes;
+        sum.rx_packets += dev.recv_packets;
+        sum.tx_packets += dev.sent_packets;
+    }
+    sum
+}
+
 /// The pin of network namespace `name`.
 pub fn netns_path(name: &str) -> PathBuf {
     Path::new(NETNS_DIR).join(name)

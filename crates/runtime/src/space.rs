@@ -11,6 +11,18 @@ pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     Ok(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
+/// (used, total) bytes of the filesystem mounted at `path`, as `df` counts them.
+pub fn fs_usage(path: &Path) -> crate::error::Result<(u64, u64)> {
+    use crate::error::IoContext;
+    let st = nix::sys::statvfs::statvfs(path)
+        .map_err(std::io::Error::from)
+        .at(path)?;
+    let block = st.fragment_size();
+    let total = st.blocks().saturating_mul(block);
+    let free = st.blocks_free().saturating_mul(block);
+    Ok((total.saturating_sub(free), total))
+}
+
 /// The host's memory in MiB: (`MemTotal`, `MemAvailable`) from /proc/meminfo.
 pub fn memory_mb() -> std::io::Result<(u64, u64)> {
     parse_meminfo(&std::fs::read_to_string("/proc/meminfo")?)

@@ -139,6 +139,13 @@ fn verbs_work_end_to_end() {
     );
     assert!(timed["expires_at"].is_string(), "{timed}");
     d.ok(&["timeout", "cli-box", "0"]);
+    let table = d.ok(&["stats", "cli-box"]);
+    assert!(
+        table.starts_with("ID") && table.contains(&id) && table.contains("128.0 MiB"),
+        "{table}"
+    );
+    let all = d.json(&["stats"]);
+    assert_eq!(all["stats"].as_array().map(Vec::len), Some(2), "{all}");
     assert!(d.json(&["inspect", "cli-box"])["expires_at"].is_null());
     assert_eq!(d.ok(&["rm", other]).trim(), other);
     let table = d.ok(&["ls"]);

@@ -212,6 +212,22 @@ pub struct HostDisk {
     pub free_mb: u64,
 }
 
+/// A running sandbox's resource use, read now (counters run from its boot or restore).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ResourceUse {
+    pub cpu_seconds: f64,
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub pids: u64,
+    pub oom_kills: u64,
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+    pub net_rx_bytes: u64,
+    pub net_tx_bytes: u64,
+    pub net_rx_packets: u64,
+    pub net_tx_packets: u64,
+}
+
 /// The runtime side of the daemon.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -251,6 +267,13 @@ pub trait Backend: Send + Sync + 'static {
     /// parts are alive. Cheap: the manager asks every second.
     async fn dead_reason(&self, _id: &str) -> BackendResult<Option<String>> {
         Ok(None)
+    }
+
+    /// What a running sandbox uses now.
+    async fn stats(&self, _id: &str) -> BackendResult<ResourceUse> {
+        Err(BackendError::Unsupported(
+            "This backend cannot report resource use".into(),
+        ))
     }
 
     /// Runs a command; the stream ends with [`ExecEvent::Exit`].

@@ -258,9 +258,154 @@ fn render_states(out: &mut String, states: &BTreeMap<State, u64>) {
     }
 }
 
+/// Per-sandbox series of every running sandbox, labelled with its id, name, image and
+/// its own labels (as `label_<key>`, the key's other characters as `_`).
+pub fn render_sandboxes(out: &mut String, rows: &[(api_types::Sandbox, api_types::SandboxStats)]) {
+    type Read = fn(&api_types::SandboxStats) -> f64;
+    let series: [(&str, &str, &str, Read); 10] = [
+        (
+            "sandfork_sandbox_cpu_seconds_total",
+            "counter",
+            "CPU time used.",
+            |s| s.cpu_seconds,
+        ),
+        (
+            "sandfork_sandbox_memory_bytes",
+            "gauge",
+            "Memory in use.",
+            |s| s.memory_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_memory_limit_bytes",
+            "gauge",
+            "Memory limit.",
+            |s| s.memory_limit_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_pids",
+            "gauge",
+            "Processes and threads.",
+            |s| s.pids as f64,
+        ),
+        (
+            "sandfork_sandbox_oom_kills_total",
+            "counter",
+            "Processes killed for want of memory.",
+            |s| s.oom_kills as f64,
+        ),
+        (
+            "sandfork_sandbox_disk_used_bytes",
+            "gauge",
+            "Root disk in use.",
+            |s| s.disk_used_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_disk_total_bytes",
+            "gauge",
+            "Root disk size.",
+            |s| s.disk_total_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_network_receive_bytes_total",
+            "counter",
+            "Bytes received.",
+            |s| s.net_rx_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_network_transmit_bytes_total",
+            "counter",
+            "Bytes sent.",
+            |s| s.net_tx_bytes as f64,
+        ),
+        (
+            "sandfork_sandbox_cpus",
+            "gauge",
+            "CPU limit in cores.",
+            |s| s.cpus,
+        ),
+    ];
+    let labels: Vec<String> = rows.iter().map(|(v, _)| series_labels(v)).collect();
+    for (name, kind, help, read) in series {
+        let _ = writeln!(
+            out,
+            "# HELP {name} A running sandbox's {}\n# TYPE {name} {kind}",
+            help.to_lowercase()
+        );
+        for ((_, stats), l) in rows.iter().zip(&labels) {
+            let _ = writeln!(out, "{name}{{{l}}} {}", read(stats));
+        }
+    }
+}
+
+/// `sandbox="…",name="…",image="…",label_k="…"` for one sandbox.
+fn series_labels(v: &api_types::Sandbox) -> String {
+    let mut pairs = vec![
+        ("sandbox".to_string(), v.id.clone()),
+        ("name".to_string(), v.name.clone().unwrap_or_default()),
+        ("image".to_string(), v.image.clone()),
+    ];
+    for (k, val) in &v.labels {
+        let key: String = k
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let key = format!("label_{key}");
+        // Two keys that differ only in punctuation: the first (in key order) is shown.
+        if !pairs.iter().any(|(k, _)| *k == key) {
+            pairs.push((key, val.clone()));
+        }
+    }
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A label value as the Prometheus text format writes it.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandboxes_render_with_their_labels_escaped() {
+        let view: api_types::Sandbox = serde_json::from_value(serde_json::json!({
+            "id": "sb-1", "name": "w", "state": "running", "image": "python", "cpus": 1.0,
+            "memory_mb": 64, "disk_mb": 0, "timeout_secs": 0,
+            "network": {"mode": "none", "allow_out": [], "deny_out": []},
+            "labels": {"team/x": "r\"l", "team.x": "shadowed"},
+            "created_at": "t", "last_active_at": "t"
+        }))
+        .unwrap();
+        let stats: api_types::SandboxStats = serde_json::from_value(serde_json::json!({
+            "id": "sb-1", "sampled_at": "t", "cpu_seconds": 1.5, "cpus": 1.0,
+            "memory_bytes": 4096, "memory_limit_bytes": 8192, "pids": 2, "oom_kills": 0,
+            "disk_used_bytes": 1, "disk_total_bytes": 2, "net_rx_bytes": 3, "net_tx_bytes": 4,
+            "net_rx_packets": 5, "net_tx_packets": 6
+        }))
+        .unwrap();
+        let mut out = String::new();
+        render_sandboxes(&mut out, &[(view, stats)]);
+        let labels = r#"sandbox="sb-1",name="w",image="python",label_team_x="shadowed""#;
+        assert!(
+            out.contains(&format!(
+                "sandfork_sandbox_cpu_seconds_total{{{labels}}} 1.5\n"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("sandfork_sandbox_memory_bytes{{{labels}}} 4096\n")),
+            "{out}"
+        );
+        assert!(out.contains("# TYPE sandfork_sandbox_network_receive_bytes_total counter"));
+        assert_eq!(escape_label("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+    }
 
     #[test]
     fn histogram_counts_cumulatively() {

@@ -304,3 +304,71 @@ fn labels_are_patched_in_one_step() {
     assert_error(s, &v, 400, "invalid_argument");
     c.json(Method::DELETE, &format!("/v1/sandboxes/{id}"), None);
 }
+
+#[test]
+fn stats_report_cpu_memory_disk_and_network_and_metrics_carry_labels() {
+    let d = TestDaemon::start();
+    let c = d.client();
+    let id = d.create(json!({
+        "memory_mb": 128, "labels": {"team": "rl"}, "network": {"mode": "internet"}
+    }));
+    let stats = |id: &str| {
+        let (s, v) = c.get(&format!("/v1/sandboxes/{id}/stats"));
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v
+    };
+    let before = stats(&id);
+    assert_eq!(before["id"], id.as_str());
+    assert_eq!(before["memory_limit_bytes"], 128 << 20, "{before}");
+    assert!(before["pids"].as_u64().unwrap() >= 1, "{before}");
+    assert!(before["disk_total_bytes"].as_u64().unwrap() > 0, "{before}");
+    // CPU, 20 MiB written, TCP connections tried to the sandbox's own gateway (the host end
+    // of its link: refused or dropped, but sent).
+    let gw = {
+        let v = d.sh(&id, "ip route 2>/dev/null | awk '/default/ {print $3}'");
+        v["stdout"].as_str().unwrap().trim().to_string()
+    };
+    let script = format!(
+        "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; \
+         dd if=/dev/urandom of=/big bs=1M count=20 2>/dev/null; sync; \
+         for n in 1 2 3 4 5; do nc -w 1 {gw} 9 </dev/null || true; done"
+    );
+    let r = d.sh(&id, &script);
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let after = stats(&id);
+    let n = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap();
+    assert!(
+        n(&after, "cpu_seconds") > n(&before, "cpu_seconds"),
+        "{before} {after}"
+    );
+    assert!(
+        n(&after, "disk_used_bytes") >= n(&before, "disk_used_bytes") + 19.0 * 1048576.0,
+        "{before} {after}"
+    );
+    assert!(
+        n(&after, "net_tx_packets") >= n(&before, "net_tx_packets") + 5.0,
+        "{gw:?} {r} {before} {after}"
+    );
+    assert!(n(&after, "memory_bytes") > 0.0, "{after}");
+
+    let (s, text) = {
+        let r = c.raw(Method::GET, "/metrics", "text/plain", Vec::new());
+        (r.status, String::from_utf8_lossy(&r.body).into_owned())
+    };
+    assert_eq!(s, StatusCode::OK);
+    let series = format!("sandfork_sandbox_memory_limit_bytes{{sandbox=\"{id}\",name=\"\",image=");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&series))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("label_team=\"rl\"") && line.ends_with(" 134217728"),
+        "{line}"
+    );
+
+    let (s, v) = c.get("/v1/sandboxes/sb-nope/stats");
+    assert_error(s, &v, 404, "not_found");
+    c.json(Method::DELETE, &format!("/v1/sandboxes/{id}"), None);
+    let (s, v) = c.get(&format!("/v1/sandboxes/{id}/stats"));
+    assert_error(s, &v, 409, "conflict");
+}

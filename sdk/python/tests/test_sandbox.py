@@ -155,3 +155,25 @@ def test_explicit_client(daemon) -> None:
     with Sandbox.create(memory_mb=64, client=client) as sb:
         assert sb.client is client
         assert sb.run("echo", ["x"]).stdout == "x"
+
+
+def test_stats_sync_and_async(daemon) -> None:
+    import asyncio
+
+    from sandfork.aio import AsyncSandbox
+
+    with Sandbox.create(image="busybox", memory_mb=96) as sb:
+        before = sb.stats()
+        assert before.sandbox_id == sb.id and before.memory_limit_bytes == 96 << 20 and before.pids >= 1
+        sb.run("sh", ["-c", "dd if=/dev/zero of=/blob bs=1M count=8 2>/dev/null; sync; i=0; while [ $i -lt 50000 ]; do i=$((i+1)); done"])
+        after = sb.stats()
+        assert after.disk_used_bytes >= before.disk_used_bytes + 7 * 2**20
+        assert after.cpu_seconds > before.cpu_seconds and after.sampled_at >= before.sampled_at
+
+        async def read() -> int:
+            handle = await AsyncSandbox.connect(sb.id)
+            return (await handle.stats()).memory_bytes
+
+        assert asyncio.run(read()) > 0
+    with pytest.raises(sandfork.ConflictError):
+        sb.stats()

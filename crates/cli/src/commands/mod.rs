@@ -39,6 +39,7 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
     match command {
         Command::Create(c) => sandbox::create(&client, c, json).await,
         Command::Ls { state, filters } => sandbox::list(&client, state, &filters, json).await,
+        Command::Stats { ids } => sandbox::stats(&client, ids, json).await,
         Command::Timeout {
             id,
             secs,

@@ -142,6 +142,73 @@ fn label_filters(filters: &[String]) -> Result<std::collections::BTreeMap<String
     super::parse_pairs("--filter label=", &pairs)
 }
 
+/// `sandfork stats [ID…]`: two readings half a second apart give the CPU use.
+pub async fn stats(client: &Client, mut ids: Vec<String>, json: bool) -> Result<i32> {
+    if ids.is_empty() {
+        let listed: Value = client
+            .json(Method::GET, "/v1/sandboxes?state=running", None::<&()>)
+            .await?;
+        ids = listed["sandboxes"]
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|s| output::field(s, "id"))
+            .collect();
+    }
+    let read = |id: String| async move {
+        let path = format!("/v1/sandboxes/{}/stats", encode(&id));
+        client.json::<Value>(Method::GET, &path, None::<&()>).await
+    };
+    let mut first = Vec::new();
+    for id in &ids {
+        first.push((read(id.clone()).await?, std::time::Instant::now()));
+    }
+    if json {
+        let stats: Vec<&Value> = first.iter().map(|(v, _)| v).collect();
+        output::json(&json!({ "stats": stats }));
+        return Ok(0);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let mut rows = Vec::new();
+    for (id, (a, at)) in ids.iter().zip(&first) {
+        let b = read(id.clone()).await?;
+        rows.push(stats_row(a, &b, at.elapsed().as_secs_f64()));
+    }
+    output::table(
+        &[
+            "ID", "CPU %", "MEMORY", "LIMIT", "PIDS", "DISK", "NET RX", "NET TX",
+        ],
+        &rows,
+    );
+    Ok(0)
+}
+
+/// One table row from two readings of a sandbox's stats taken `secs` apart.
+fn stats_row(a: &Value, b: &Value, secs: f64) -> Vec<String> {
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    let u = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let cpu = if secs > 0.0 {
+        100.0 * (f(b, "cpu_seconds") - f(a, "cpu_seconds")).max(0.0) / secs
+    } else {
+        0.0
+    };
+    vec![
+        output::field(b, "id"),
+        format!("{cpu:.1}"),
+        output::size(u(b, "memory_bytes")),
+        output::size(u(b, "memory_limit_bytes")),
+        u(b, "pids").to_string(),
+        format!(
+            "{} / {}",
+            output::size(u(b, "disk_used_bytes")),
+            output::size(u(b, "disk_total_bytes"))
+        ),
+        output::size(u(b, "net_rx_bytes")),
+        output::size(u(b, "net_tx_bytes")),
+    ]
+}
+
 /// `sandfork timeout ID SECS [--on-timeout A]`.
 pub async fn set_timeout(
     client: &Client,

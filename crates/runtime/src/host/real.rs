@@ -333,20 +333,24 @@ impl Host for RealHost {
     fn cgroup_usage(&self, cgroup: &str) -> Result<Usage> {
         let rel = cgroup.trim_start_matches('/');
         let root = Path::new(CGROUP_ROOT);
-        let (mem, pids) = if root.join("cgroup.controllers").exists() {
-            (
-                root.join(rel).join("memory.current"),
-                root.join(rel).join("pids.current"),
-            )
-        } else {
-            (
-                root.join("memory").join(rel).join("memory.usage_in_bytes"),
-                root.join("pids").join(rel).join("pids.current"),
-            )
-        };
+        if root.join("cgroup.controllers").exists() {
+            let dir = root.join(rel);
+            let cpu = keyed(&dir.join("cpu.stat"), "usage_usec");
+            return Ok(Usage {
+                memory_bytes: read_u64(&dir.join("memory.current"))?,
+                pids: read_u64(&dir.join("pids.current"))?,
+                memory_limit_bytes: read_u64(&dir.join("memory.max")).unwrap_or(0),
+                cpu_nanos: cpu.unwrap_or(0).saturating_mul(1000),
+                oom_kills: keyed(&dir.join("memory.events"), "oom_kill").unwrap_or(0),
+            });
+        }
+        let memory = root.join("memory").join(rel);
         Ok(Usage {
-            memory_bytes: read_u64(&mem)?,
-            pids: read_u64(&pids)?,
+            memory_bytes: read_u64(&memory.join("memory.usage_in_bytes"))?,
+            pids: read_u64(&root.join("pids").join(rel).join("pids.current"))?,
+            memory_limit_bytes: read_u64(&memory.join("memory.limit_in_bytes")).unwrap_or(0),
+            cpu_nanos: read_u64(&root.join("cpuacct").join(rel).join("cpuacct.usage")).unwrap_or(0),
+            oom_kills: keyed(&memory.join("memory.oom_control"), "oom_kill").unwrap_or(0),
         })
     }
 
@@ -403,6 +407,15 @@ fn freezer(cgroup: &str, frozen: bool) -> (PathBuf, &'static str, impl Fn() -> b
         }
     };
     (file, value, done)
+}
+
+/// The value of `key` in a cgroup file of `key value` lines (`cpu.stat`, `memory.events`).
+fn keyed(path: &Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
 }
 
 fn read_u64(path: &Path) -> Result<u64> {

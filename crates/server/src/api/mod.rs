@@ -129,6 +129,7 @@ fn sandbox_routes() -> Router<AppState> {
             "/v1/sandboxes/{id}/labels",
             axum::routing::patch(sandboxes::patch_labels),
         )
+        .route("/v1/sandboxes/{id}/stats", get(sandboxes::stats))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(
             "/v1/sandboxes/{id}/processes",

@@ -11,6 +11,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, volume
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
+        sandboxes::stats,
         sandboxes::terminate,
         exec::exec,
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,

@@ -7,7 +7,8 @@ use axum::Json;
 use super::extract::{ApiJson, ApiQuery};
 use super::{ApiResult, AppState};
 use api_types::{
-    CreateSandbox, ErrorBody, Labels, LabelsPatch, ListQuery, Sandbox, SandboxList, UpdateSandbox,
+    CreateSandbox, ErrorBody, Labels, LabelsPatch, ListQuery, Sandbox, SandboxList, SandboxStats,
+    UpdateSandbox,
 };
 
 /// Create and boot a sandbox.
@@ -35,6 +36,19 @@ pub async fn update(
     ApiJson(req): ApiJson<UpdateSandbox>,
 ) -> ApiResult<Json<Sandbox>> {
     Ok(Json(m.update(&id, req).await?))
+}
+
+/// What a running sandbox uses now: CPU time, memory, processes, root disk, network.
+/// Reading it is not activity (no idle timeout moves, a suspended sandbox stays so: 409).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/stats", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = SandboxStats), (status = 404, body = ErrorBody),
+        (status = 409, description = "Not running", body = ErrorBody)))]
+pub async fn stats(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SandboxStats>> {
+    Ok(Json(m.stats(&id).await?))
 }
 
 /// Set and remove labels of a live sandbox in one step; answers the labels it now has.

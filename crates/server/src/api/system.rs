@@ -23,9 +23,10 @@ pub async fn health(State(m): State<AppState>) -> Json<Health> {
 #[utoipa::path(get, path = "/metrics", tag = "system",
     responses((status = 200, content_type = "text/plain", body = String)))]
 pub async fn metrics(State(m): State<AppState>) -> impl IntoResponse {
-    let text = m
+    let mut text = m
         .metrics()
         .render(&m.state_counts(), m.host_merge(), m.pool_gauge());
+    crate::metrics::render_sandboxes(&mut text, &m.all_stats().await);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 

@@ -21,6 +21,7 @@ mod suspend;
 mod tests;
 mod transfer;
 mod update;
+mod usage;
 mod volumes;
 mod watch;
 

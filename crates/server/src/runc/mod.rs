@@ -299,6 +299,23 @@ impl Backend for RuncBackend {
         Ok(found.reason())
     }
 
+    async fn stats(&self, id: &str) -> BackendResult<crate::backend::ResourceUse> {
+        let s = self.runtime.stats(id).await.map_err(host_err)?;
+        Ok(crate::backend::ResourceUse {
+            cpu_seconds: s.usage.cpu_nanos as f64 / 1e9,
+            memory_bytes: s.usage.memory_bytes,
+            memory_limit_bytes: s.usage.memory_limit_bytes,
+            pids: s.usage.pids,
+            oom_kills: s.usage.oom_kills,
+            disk_used_bytes: s.disk_used_bytes,
+            disk_total_bytes: s.disk_total_bytes,
+            net_rx_bytes: s.net.rx_bytes,
+            net_tx_bytes: s.net.tx_bytes,
+            net_rx_packets: s.net.rx_packets,
+            net_tx_packets: s.net.tx_packets,
+        })
+    }
+
     async fn exec(&self, id: &str, req: ExecRequest) -> BackendResult<Stream<ExecEvent>> {
         let stream = self.agent(id)?.exec(req).await.map_err(exec_err)?;
         Ok(pump_exec(stream))

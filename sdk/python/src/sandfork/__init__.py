@@ -98,6 +98,7 @@ from .models import (
     SandboxLogsResponse,
     SandboxPoolInfo,
     SandboxPortAccess,
+    SandboxStats,
     SandboxProcessLogFilter,
     SandboxProcessLogFiltersResponse,
     SandboxStatus,
@@ -156,7 +157,7 @@ __all__ = sorted(
         "AuthError", "BadRequestError", "CapacityError", "Client", "ConflictError", "ConnectionError", "CopiedSandbox",
         "DirectoryListing", "ExecStream", "FeatureNotSupportedError", "Features", "ForkChild", "ForkError", "ForkResult",
         "InvalidArgumentError", "NotFoundError", "OutputStream", "Process", "ProtocolError", "RequestTimeoutError",
-        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume",
+        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume", "SandboxStats",
         "Traced", "TracedBytes", "TracedList", "TransportTimeoutError", "UnavailableError", "UnsupportedError",
         "__version__", "parse_url",
     }

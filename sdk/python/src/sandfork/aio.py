@@ -497,6 +497,7 @@ class AsyncSandbox:
     update = _mirror("update")
     update_labels = _mirror("update_labels")
     set_timeout = _mirror("set_timeout")
+    stats = _mirror("stats")
     terminate = _mirror("terminate")
 
     def close(self) -> None:

@@ -867,6 +867,40 @@ class SandboxInfo(TracedMixin):
 
 
 @dataclass
+class SandboxStats:
+    """What a running sandbox uses, read when asked (sandfork's own). Counters (CPU time,
+    network) run from its boot or restore: take two readings for a rate."""
+
+    sandbox_id: str
+    sampled_at: Optional[datetime]
+    cpu_seconds: float
+    cpus: float
+    memory_bytes: int
+    memory_limit_bytes: int
+    pids: int
+    oom_kills: int
+    disk_used_bytes: int
+    disk_total_bytes: int
+    net_rx_bytes: int
+    net_tx_bytes: int
+    net_rx_packets: int
+    net_tx_packets: int
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any]) -> "SandboxStats":
+        """Decodes a ``SandboxStats`` document."""
+        ints = ("memory_bytes", "memory_limit_bytes", "pids", "oom_kills", "disk_used_bytes", "disk_total_bytes",
+                "net_rx_bytes", "net_tx_bytes", "net_rx_packets", "net_tx_packets")  # fmt: skip
+        return cls(
+            sandbox_id=str(doc["id"]),
+            sampled_at=parse_time(doc.get("sampled_at")),
+            cpu_seconds=float(doc.get("cpu_seconds") or 0.0),
+            cpus=float(doc.get("cpus") or 0.0),
+            **{k: int(doc.get(k) or 0) for k in ints},
+        )
+
+
+@dataclass
 class ArchivedSandboxInfo(SandboxInfo):
     """An archived sandbox (not supported by sandfork)."""
 

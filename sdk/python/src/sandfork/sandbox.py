@@ -60,6 +60,7 @@ from .models import (
     SandboxLogLevel,
     SandboxLogsResponse,
     SandboxProcessLogFiltersResponse,
+    SandboxStats,
     SandboxStatus,
     SendSignalResponse,
     SnapshotType,
@@ -567,6 +568,11 @@ class Sandbox(FilesMixin):
             raise errors.needs_newer_daemon("updating a sandbox (rename, egress rules)", "PATCH /v1/sandboxes/{id}")
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
+
+    def stats(self) -> SandboxStats:
+        """What the running sandbox uses now: CPU time, memory, processes, root disk and
+        network (reading it does not count as activity for the idle timeout)."""
+        return SandboxStats.from_json(self._client.request_json("GET", f"{self._route}/stats"))
 
     def set_timeout(self, timeout_secs: int, *, on_timeout: Optional[str] = None) -> SandboxInfo:
         """Sets the idle timeout, counted from now (0: never), and optionally what it does
