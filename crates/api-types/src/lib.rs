@@ -224,6 +224,62 @@ pub struct SandboxStats {
     pub net_tx_packets: u64,
 }
 
+/// What happened to a sandbox, as `GET /v1/events` streams it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Admitted; booting from an image or restoring from `snapshot_id`.
+    Created,
+    /// Made from a snapshot as one child of a fork (`snapshot_id` is its parent).
+    Forked,
+    /// Running for the first time.
+    Started,
+    /// A checkpoint of it was taken (`snapshot_id`).
+    Checkpointed,
+    Suspended,
+    Resumed,
+    /// Terminated (deleted, or by its idle timeout).
+    Terminated,
+    /// Failed; `message` says why.
+    Failed,
+    /// The kernel's OOM killer killed a process in it; `message` says how many so far.
+    Oom,
+    /// Not an event of a sandbox: this stream fell behind and `message` says how many
+    /// events it missed.
+    Lagged,
+}
+
+/// One event of `GET /v1/events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxEvent {
+    /// Increasing from 1 within one daemon run; `since` resumes after it.
+    pub seq: u64,
+    /// RFC 3339.
+    pub at: String,
+    #[serde(rename = "type")]
+    pub kind: EventKind,
+    pub sandbox_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Query of `GET /v1/events`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Only this sandbox's events (its id).
+    pub sandbox: Option<String>,
+    /// Replay the kept events after this `seq` first (the last 1000 are kept).
+    pub since: Option<u64>,
+    /// Stop after replaying instead of following new events.
+    #[serde(default)]
+    pub no_follow: bool,
+}
+
 /// Filters of `GET /v1/sandboxes` (terminated ones are listed only when asked for).
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -32,6 +32,19 @@ pub enum Command {
     /// Show what running sandboxes use: CPU (over half a second), memory, processes,
     /// disk, network. Without ids: every running sandbox.
     Stats { ids: Vec<String> },
+    /// Follow what happens to sandboxes (created, forked, started, checkpointed, suspended,
+    /// resumed, terminated, failed, oom), one line each.
+    Events {
+        /// Only this sandbox's events.
+        #[arg(long)]
+        sandbox: Option<String>,
+        /// Replay the kept events after this sequence number first (0: all kept).
+        #[arg(long)]
+        since: Option<u64>,
+        /// Stop after the replay instead of following.
+        #[arg(long)]
+        no_follow: bool,
+    },
     /// Set a sandbox's idle timeout, counted from now (0 = never).
     Timeout {
         id: String,

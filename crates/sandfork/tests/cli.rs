@@ -144,6 +144,12 @@ fn verbs_work_end_to_end() {
         table.starts_with("ID") && table.contains(&id) && table.contains("128.0 MiB"),
         "{table}"
     );
+    let feed = d.ok(&["events", "--sandbox", &id, "--since", "0", "--no-follow"]);
+    let kinds: Vec<&str> = feed
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(kinds, ["created", "started"], "{feed}");
     let all = d.json(&["stats"]);
     assert_eq!(all["stats"].as_array().map(Vec::len), Some(2), "{all}");
     assert!(d.json(&["inspect", "cli-box"])["expires_at"].is_null());

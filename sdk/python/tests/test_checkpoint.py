@@ -212,3 +212,51 @@ def test_an_idle_timeout_suspends_and_the_next_request_resumes(daemon) -> None:
         assert sb.info().expires_at is None
         with pytest.raises(sandfork.SandboxError):
             sb.set_timeout(5, on_timeout="explode")
+
+
+def test_events_tell_what_happened_live_and_replayed(daemon) -> None:
+    import asyncio
+    import threading
+
+    import sandfork.aio
+
+    seen: list = []
+    follower = sandfork.events()
+    reader = threading.Thread(target=lambda: [seen.append(e) for e in follower], daemon=True)
+    reader.start()
+    sb = Sandbox.create(image="busybox", memory_mb=32)
+    try:
+        r = sb.run("sh", ["-c", 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived'])
+        assert r.signal == 9 or r.exit_code != 0, r
+        deadline = time.monotonic() + 20
+        while not any(e.type == "oom" for e in sb.events(follow=False)):
+            assert time.monotonic() < deadline, "no oom event"
+            time.sleep(0.2)
+        snap = sb.checkpoint()
+        with snap.fork(1) as kids:
+            kid = list(kids)[0]
+            assert kid.run("true").ok
+    finally:
+        sb.terminate()
+    kinds = [e.type for e in sb.events(follow=False)]
+    assert kinds == ["created", "started", "oom", "checkpointed", "terminated"], kinds
+    oom = next(e for e in sb.events(follow=False) if e.type == "oom")
+    assert "killed for want of memory" in (oom.message or "")
+    kid_events = list(sandfork.events(sandbox_id=kid.id, since=0, follow=False))
+    assert [e.type for e in kid_events] == ["forked", "started", "terminated"], kid_events
+    assert kid_events[0].snapshot_id == snap.snapshot_id
+
+    deadline = time.monotonic() + 10
+    while not any(e.sandbox_id == sb.id and e.type == "terminated" for e in list(seen)):
+        assert time.monotonic() < deadline, f"the live stream missed events: {seen}"
+        time.sleep(0.1)
+    follower.close()
+    live = [e.type for e in list(seen) if e.sandbox_id == sb.id]
+    assert live == kinds, live
+    seqs = [e.seq for e in list(seen)]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+    async def replay() -> list:
+        return [e.type async for e in sandfork.aio.events(sandbox_id=sb.id, since=0, follow=False)]
+
+    assert asyncio.run(replay()) == kinds

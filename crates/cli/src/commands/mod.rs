@@ -40,6 +40,11 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
         Command::Create(c) => sandbox::create(&client, c, json).await,
         Command::Ls { state, filters } => sandbox::list(&client, state, &filters, json).await,
         Command::Stats { ids } => sandbox::stats(&client, ids, json).await,
+        Command::Events {
+            sandbox,
+            since,
+            no_follow,
+        } => sandbox::events(&client, sandbox, since, no_follow, json).await,
         Command::Timeout {
             id,
             secs,

@@ -209,6 +209,54 @@ fn stats_row(a: &Value, b: &Value, secs: f64) -> Vec<String> {
     ]
 }
 
+/// `sandfork events`: one line per event (`--json`: the events as JSON lines).
+pub async fn events(
+    client: &Client,
+    sandbox: Option<String>,
+    since: Option<u64>,
+    no_follow: bool,
+    json: bool,
+) -> Result<i32> {
+    let mut query = Vec::new();
+    if let Some(s) = sandbox {
+        query.push(format!("sandbox={}", encode(&s)));
+    }
+    if let Some(n) = since {
+        query.push(format!("since={n}"));
+    }
+    if no_follow {
+        query.push("no_follow=true".into());
+    }
+    let path = format!("/v1/events?{}", query.join("&"));
+    let resp = client
+        .call(
+            Method::GET,
+            &path,
+            "application/json",
+            crate::client::full(Vec::new()),
+        )
+        .await?;
+    let mut lines = crate::client::Lines::new(resp);
+    while let Some(e) = lines.next().await? {
+        if json {
+            println!("{e}");
+            continue;
+        }
+        let opt = |k: &str| e[k].as_str().map(|s| format!(" {s}")).unwrap_or_default();
+        println!(
+            "{} {} {:<12} {}{}{}{}",
+            output::field(&e, "seq"),
+            output::field(&e, "at"),
+            output::field(&e, "type"),
+            output::field(&e, "sandbox_id"),
+            opt("name"),
+            opt("snapshot_id"),
+            opt("message"),
+        );
+    }
+    Ok(0)
+}
+
 /// `sandfork timeout ID SECS [--on-timeout A]`.
 pub async fn set_timeout(
     client: &Client,

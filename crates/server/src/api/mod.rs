@@ -2,6 +2,7 @@
 //! Errors are `{code, message}` with the status [`crate::Error::status_code`] gives.
 
 mod auth;
+mod events;
 mod exec;
 mod extract;
 mod files;
@@ -130,6 +131,7 @@ fn sandbox_routes() -> Router<AppState> {
             axum::routing::patch(sandboxes::patch_labels),
         )
         .route("/v1/sandboxes/{id}/stats", get(sandboxes::stats))
+        .route("/v1/events", get(events::events))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(
             "/v1/sandboxes/{id}/processes",

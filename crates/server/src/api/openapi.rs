@@ -12,6 +12,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, volume
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
         sandboxes::stats,
+        super::events::events,
         sandboxes::terminate,
         exec::exec,
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,

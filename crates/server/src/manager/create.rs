@@ -263,6 +263,7 @@ impl Manager {
         check_name_free(&reg, row)?;
         let entry = Entry::new(row.clone());
         reg.entries.insert(entry.view().id, entry.clone());
+        self.emit_created(&row.view);
         Ok(entry)
     }
 
@@ -355,7 +356,18 @@ impl Manager {
         }
         let entry = Entry::new(row.clone());
         reg.entries.insert(entry.view().id, entry.clone());
+        self.emit_created(&row.view);
         Ok(Ok(entry))
+    }
+
+    /// `created`, or `forked` for a child of a fork.
+    fn emit_created(&self, view: &Sandbox) {
+        let kind = if view.fork.is_some() {
+            api_types::EventKind::Forked
+        } else {
+            api_types::EventKind::Created
+        };
+        self.events.emit(kind, view, view.snapshot_id.clone(), None);
     }
 
     async fn boot(&self, entry: &Arc<Entry>) -> Result<Sandbox> {

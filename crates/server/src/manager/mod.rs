@@ -8,6 +8,7 @@
 mod admission;
 mod create;
 mod data;
+pub mod events;
 mod fork;
 mod images;
 mod lineage;
@@ -40,6 +41,7 @@ use api_types::{ListQuery, Sandbox};
 use model::{plan, Op, State};
 
 pub use admission::{Admission, Policy};
+pub use events::{Events, KEEP_EVENTS};
 pub use images::{validate_build, BUILDERS};
 pub use pool::PoolGauge;
 pub use reaper::on_timeout;
@@ -55,7 +57,13 @@ pub(crate) struct Entry {
     plane: Arc<tokio::sync::RwLock<()>>,
     row: Mutex<SandboxRow>,
     last_active: Mutex<Instant>,
+    /// OOM kills counted at the last liveness probe ([`UNSEEN`] for a sandbox adopted
+    /// from a previous daemon, until its first probe).
+    oom_seen: std::sync::atomic::AtomicU64,
 }
+
+/// No reading yet.
+const UNSEEN: u64 = u64::MAX;
 
 impl Entry {
     fn new(row: SandboxRow) -> Arc<Entry> {
@@ -64,6 +72,8 @@ impl Entry {
             plane: Arc::new(tokio::sync::RwLock::new(())),
             row: Mutex::new(row),
             last_active: Mutex::new(Instant::now()),
+            // A new sandbox's cgroup has seen no OOM kill.
+            oom_seen: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -142,6 +152,8 @@ pub struct Manager {
     lineage: tokio::sync::Mutex<()>,
     /// Creates and restores in flight (pool refills wait for none).
     busy: std::sync::atomic::AtomicUsize,
+    /// What happened to sandboxes, for `GET /v1/events`.
+    events: events::Events,
     me: Weak<Manager>,
 }
 
@@ -172,12 +184,18 @@ impl Manager {
             pool: pool::Pool::default(),
             lineage: tokio::sync::Mutex::new(()),
             busy: std::sync::atomic::AtomicUsize::new(0),
+            events: events::Events::default(),
             me: me.clone(),
         });
         manager.recover().await?;
         manager.start_reaper();
         manager.start_watch();
         Ok(manager)
+    }
+
+    /// The events feed.
+    pub fn events(&self) -> &events::Events {
+        &self.events
     }
 
     /// The daemon's metrics.
@@ -288,6 +306,7 @@ impl Manager {
             self.registry_mut().admission.release(&row.view.id);
             self.released.notify_waiters();
         }
+        let view = row.view.clone();
         if let Err(e) = self.store.put_sandbox(row).await {
             if state.is_transitional() && before.state.is_live() {
                 let mut r = lock(&entry.row);
@@ -295,6 +314,12 @@ impl Manager {
                 r.view.error = before.error;
             }
             return Err(e.into());
+        }
+        if let Some(kind) = events::of_transition(before.state, state) {
+            let message = (kind == api_types::EventKind::Failed)
+                .then(|| view.error.clone())
+                .flatten();
+            self.events.emit(kind, &view, None, message);
         }
         Ok(())
     }
@@ -333,6 +358,7 @@ impl Manager {
     /// operations in flight. Running sandboxes stay running for the next daemon to adopt.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        self.events.close();
         let grace = Duration::from_secs(self.config.shutdown_grace_secs);
         self.pool_close(grace).await;
         let entries: Vec<Arc<Entry>> = self.registry().entries.values().cloned().collect();

@@ -59,6 +59,9 @@ impl Manager {
     async fn recover_one(&self, row: SandboxRow, dead: Option<String>) -> Result<()> {
         let state = row.view.state;
         let entry = Entry::new(row);
+        entry
+            .oom_seen
+            .store(super::UNSEEN, std::sync::atomic::Ordering::SeqCst);
         let id = entry.view().id;
         self.registry_mut()
             .entries

@@ -55,6 +55,12 @@ impl Manager {
         self.set_state(&entry, p.success, None).await?;
         entry.touch();
         let rec = result?;
+        self.events.emit(
+            api_types::EventKind::Checkpointed,
+            &entry.view(),
+            Some(snap_id.clone()),
+            None,
+        );
         tracing::info!(sandbox = %view.id, snapshot = %snap_id, kind = ?rec.view.kind, "checkpoint");
         Ok(rec.view)
     }

@@ -83,6 +83,8 @@ impl Manager {
         match self.backend.restore(&row.boot, from).await {
             Ok(booted) => {
                 lock(&entry.row).view.network.address = booted.address;
+                // Its restored cgroup counts OOM kills from zero again.
+                entry.oom_seen.store(0, std::sync::atomic::Ordering::SeqCst);
                 self.set_state(&entry, p.success, None).await?;
                 entry.touch();
                 self.remove_snapshot(&rec).await?;

@@ -11,7 +11,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Entry, Manager};
+use std::sync::atomic::Ordering;
+
+use super::{Entry, Manager, UNSEEN};
 use model::{plan, Op, State};
 
 /// How often every running sandbox is probed.
@@ -59,6 +61,28 @@ impl Manager {
         });
     }
 
+    /// Tells the events feed when the OOM killer has killed in the sandbox since the last
+    /// probe (for a sandbox adopted from a previous daemon, the first reading only sets
+    /// the mark).
+    async fn check_oom(&self, entry: &Entry, id: &str) {
+        let Ok(used) = self.backend.stats(id).await else {
+            return;
+        };
+        let seen = entry.oom_seen.swap(used.oom_kills, Ordering::SeqCst);
+        if seen != UNSEEN && used.oom_kills > seen {
+            let killed = used.oom_kills - seen;
+            self.events.emit(
+                api_types::EventKind::Oom,
+                &entry.view(),
+                None,
+                Some(format!(
+                    "{killed} process(es) killed for want of memory ({} since it started)",
+                    used.oom_kills
+                )),
+            );
+        }
+    }
+
     /// Fails and tears down the sandbox of `entry` if a part of it died.
     async fn probe(&self, entry: &Entry) {
         let Ok(_op) = entry.op.try_lock() else {
@@ -70,7 +94,7 @@ impl Manager {
         };
         let reason = match self.backend.dead_reason(&id).await {
             Ok(Some(reason)) => reason,
-            Ok(None) => return,
+            Ok(None) => return self.check_oom(entry, &id).await,
             Err(e) => {
                 tracing::debug!(sandbox = %id, error = %e, "liveness probe failed");
                 return;

@@ -159,6 +159,16 @@ class StreamResponse:
         self._resp.close()
         self._conn.close()
 
+    def interrupt(self) -> None:
+        """Shuts the connection down, so a read blocked on it in another thread returns
+        (the body then ends); :meth:`close` still releases it."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def __enter__(self) -> "StreamResponse":
         return self
 

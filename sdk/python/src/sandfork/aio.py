@@ -33,6 +33,8 @@ from ._files import CHUNK_SIZE, PathLike
 from ._streams import OutputCallback, OutputStream
 from ._trace import TracedList
 from ._transport import Client
+from .events import EventStream, SandboxEvent
+from .events import events as sync_events
 from .models import (
     CheckpointType,
     CommandResult,
@@ -104,6 +106,42 @@ _END = object()
 
 def _next_or_end(iterator: Any) -> Any:
     return next(iterator, _END)
+
+
+class AsyncEventStream:
+    """Async iterator of :class:`~sandfork.events.SandboxEvent` (see :func:`events`)."""
+
+    def __init__(self, opener: Callable[[], EventStream]):
+        self._opener = opener
+        self._stream: Optional[EventStream] = None
+
+    def __aiter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __anext__(self) -> SandboxEvent:
+        if self._stream is None:
+            self._stream = await _call(self._opener)
+        event = await _call(_next_or_end, self._stream)
+        if event is _END:
+            raise StopAsyncIteration
+        assert isinstance(event, SandboxEvent)
+        return event
+
+    async def aclose(self) -> None:
+        """Drops the connection."""
+        if self._stream is not None:
+            await _call(self._stream.close)
+
+    async def __aenter__(self) -> "AsyncEventStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def events(client: Optional[Client] = None, *, sandbox_id: Optional[str] = None, since: Optional[int] = None, follow: bool = True) -> AsyncEventStream:
+    """The async twin of :func:`sandfork.events.events`."""
+    return AsyncEventStream(lambda: sync_events(client, sandbox_id=sandbox_id, since=since, follow=follow))
 
 
 class AsyncOutputStream:
@@ -497,6 +535,10 @@ class AsyncSandbox:
     update = _mirror("update")
     update_labels = _mirror("update_labels")
     set_timeout = _mirror("set_timeout")
+
+    def events(self, *, since: Optional[int] = 0, follow: bool = True) -> AsyncEventStream:
+        """This sandbox's events (see :meth:`Sandbox.events`), as an async iterator."""
+        return AsyncEventStream(lambda: self.sync.events(since=since, follow=follow))
     stats = _mirror("stats")
     terminate = _mirror("terminate")
 
@@ -619,7 +661,7 @@ class AsyncSandbox:
         return self.sync.pty_ws_url(session_id, token)
 
 
-__all__ = ["AsyncForkResult", "AsyncImage", "AsyncOutputStream", "AsyncProcess", "AsyncSandbox", "AsyncSnapshot"]
+__all__ = ["AsyncEventStream", "events", "AsyncForkResult", "AsyncImage", "AsyncOutputStream", "AsyncProcess", "AsyncSandbox", "AsyncSnapshot"]
 
 
 class AsyncImage:

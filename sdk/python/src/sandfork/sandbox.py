@@ -67,6 +67,7 @@ from .models import (
     SnapshotWaitCondition,
     StdinMode,
 )
+from .events import EventStream
 from .process import Process, SignalLike, signal_value
 from .snapshot import ForkResult, Snapshot, bind_sandbox_factory, fork_body
 
@@ -568,6 +569,12 @@ class Sandbox(FilesMixin):
             raise errors.needs_newer_daemon("updating a sandbox (rename, egress rules)", "PATCH /v1/sandboxes/{id}")
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
+
+    def events(self, *, since: Optional[int] = 0, follow: bool = True) -> EventStream:
+        """This sandbox's events (created, started, checkpointed, suspended, resumed,
+        terminated, failed, oom, ...): the kept ones after ``since`` first (``None``: only
+        new ones), then new ones as they happen unless ``follow=False``."""
+        return EventStream(self._client, self.id, since, follow)
 
     def stats(self) -> SandboxStats:
         """What the running sandbox uses now: CPU time, memory, processes, root disk and
