@@ -197,3 +197,42 @@ async fn send_body(conn: &mut Conn, data: &mut (impl AsyncRead + Unpin)) -> Resu
         conn.send_prompt(&Message::Data(buf[..n].to_vec())).await?;
     }
 }
+
+/// Changes under a watched directory, as the agent reports them; dropping it ends the
+/// watch.
+pub struct WatchStream {
+    conn: Conn,
+}
+
+/// Events in one batch at most (a guest flooding the watch is cut off, not buffered).
+const MAX_WATCH_BATCH: usize = 65_536;
+
+impl WatchStream {
+    /// The next batch of events; `None` when the agent ends the watch.
+    pub async fn next(&mut self) -> Result<Option<Vec<proto::agent::FsEvent>>> {
+        match self.conn.recv().await {
+            Ok(Message::FsEvents(batch)) if batch.len() <= MAX_WATCH_BATCH => Ok(Some(batch)),
+            Ok(Message::FsEvents(_)) => Err(ClientError::TooLarge(MAX_WATCH_BATCH as u64)),
+            Ok(m) => Err(unexpected(&m)),
+            Err(ClientError::Closed) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AgentClient {
+    /// Watches directory `path` (and the directories under it with `recursive`); returns
+    /// once the watch is in place.
+    pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<WatchStream> {
+        let mut conn = self
+            .request(Request::WatchDir {
+                path: path.into(),
+                recursive,
+            })
+            .await?;
+        match conn.recv_prompt().await? {
+            Message::Done => Ok(WatchStream { conn }),
+            m => Err(unexpected(&m)),
+        }
+    }
+}

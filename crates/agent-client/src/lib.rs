@@ -24,7 +24,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use proto::codec::{CodecError, FrameReader, FrameWriter};
 
 pub use exec::{ExecEvent, ExecOutput, ExecStdin, ExecStream};
-pub use files::{FileDownload, WriteOptions};
+pub use files::{FileDownload, WatchStream, WriteOptions};
 pub use procs::{AttachEvent, AttachStream};
 
 #[derive(Debug, thiserror::Error)]

@@ -600,6 +600,20 @@ pub struct SignalRequest {
     pub signal: SignalSpec,
 }
 
+/// One change under a watched directory (`GET /v1/sandboxes/{id}/files/watch`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FileEvent {
+    /// `create` (also a file moved in), `modify`, `delete` (also moved out), `rename`
+    /// (within the watch; `old_path` is where it was), `chmod` (attributes), or
+    /// `overflow` (the kernel's queue overflowed: changes were lost).
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
+    pub is_dir: bool,
+}
+
 /// Query of the file routes.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

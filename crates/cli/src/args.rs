@@ -45,6 +45,14 @@ pub enum Command {
         #[arg(long)]
         no_follow: bool,
     },
+    /// Print changes under a directory of a sandbox as they happen (until interrupted).
+    Watch {
+        id: String,
+        path: String,
+        /// The directories under it too.
+        #[arg(short, long)]
+        recursive: bool,
+    },
     /// Set a sandbox's idle timeout, counted from now (0 = never).
     Timeout {
         id: String,

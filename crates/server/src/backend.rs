@@ -269,6 +269,19 @@ pub trait Backend: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Watches directory `path` in the sandbox (recursively on request): batches of
+    /// changes until the receiver is dropped.
+    async fn watch_dir(
+        &self,
+        _id: &str,
+        _path: &str,
+        _recursive: bool,
+    ) -> BackendResult<Stream<Vec<proto::agent::FsEvent>>> {
+        Err(BackendError::Unsupported(
+            "This backend cannot watch directories".into(),
+        ))
+    }
+
     /// What a running sandbox uses now.
     async fn stats(&self, _id: &str) -> BackendResult<ResourceUse> {
         Err(BackendError::Unsupported(

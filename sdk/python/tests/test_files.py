@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,50 @@ def test_failed_download_leaves_no_file(sandbox: Sandbox, tmp_path: Path) -> Non
     with pytest.raises(sandfork.NotFoundError):
         sandbox.download_file("/nonexistent", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_watch_dir_sees_creates_writes_renames_and_deletes(daemon) -> None:
+    import asyncio
+    import threading
+
+    from sandfork.aio import AsyncSandbox
+
+    with Sandbox.create(image="busybox", memory_mb=64) as sb:
+        sb.run("mkdir", ["-p", "/w/sub"])
+        seen: list = []
+        watch = sb.watch_dir("/w", recursive=True)
+        reader = threading.Thread(target=lambda: [seen.append(e) for e in watch], daemon=True)
+        reader.start()
+        sb.run("sh", ["-c", "echo a > /w/f; mv /w/f /w/g; mkdir /w/sub/new; echo b > /w/sub/new/deep; chmod 600 /w/g; rm /w/g"])
+
+        def has(kind: str, path: str) -> bool:
+            return any(e.type == kind and e.path == path for e in list(seen))
+
+        deadline = time.monotonic() + 10
+        while not has("delete", "/w/g"):
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        watch.close()
+        reader.join(5)
+        assert has("create", "/w/f") and has("modify", "/w/f") and has("chmod", "/w/g"), seen
+        renamed = [e for e in seen if e.type == "rename"]
+        assert [(e.old_path, e.path) for e in renamed] == [("/w/f", "/w/g")], seen
+        assert any(e.type == "create" and e.path == "/w/sub/new" and e.is_dir for e in seen), seen
+        assert has("create", "/w/sub/new/deep"), "a directory made under a recursive watch is watched"
+
+        with pytest.raises(sandfork.SandboxError):
+            sb.watch_dir("/etc/hostname")
+        with pytest.raises(sandfork.NotFoundError):
+            sb.watch_dir("/nope")
+
+        async def async_watch() -> list:
+            handle = await AsyncSandbox.connect(sb.id)
+            stream = await handle.watch_dir("/w")
+            await handle.run("touch", ["/w/async"])
+            first = await stream.__anext__()
+            await stream.aclose()
+            return [first.type, first.path]
+
+        assert asyncio.run(async_watch()) == ["create", "/w/async"]
+        # The watch ended with the client: the sandbox checkpoints again.
+        sb.checkpoint(checkpoint_type=sandfork.CheckpointType.MEMORY)

@@ -88,6 +88,11 @@ async fn dispatch(agent: &Arc<Agent>, req: Request, mut reader: Reader, mut writ
             .await
             .map(|()| None),
         Request::ListDir { path } => files::list_dir(path, &mut writer).await.map(|()| None),
+        Request::WatchDir { path, recursive } => {
+            files::watch_dir(path, recursive, &mut reader, &mut writer)
+                .await
+                .map(|()| None)
+        }
         Request::Hello => Ok(Some(Message::Hello(agent.hello()))),
         Request::Spawn(req) => supervise::spawn(agent, req).map(|p| Some(spawned(&p))),
         Request::Restart { id } => match agent.procs.get(id) {

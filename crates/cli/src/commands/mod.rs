@@ -40,6 +40,11 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
         Command::Create(c) => sandbox::create(&client, c, json).await,
         Command::Ls { state, filters } => sandbox::list(&client, state, &filters, json).await,
         Command::Stats { ids } => sandbox::stats(&client, ids, json).await,
+        Command::Watch {
+            id,
+            path,
+            recursive,
+        } => sandbox::watch(&client, &id, &path, recursive, json).await,
         Command::Events {
             sandbox,
             since,

@@ -257,6 +257,50 @@ pub async fn events(
     Ok(0)
 }
 
+/// `sandfork watch ID PATH [-r]`: one line per change (`--json`: JSON lines).
+pub async fn watch(
+    client: &Client,
+    id: &str,
+    path: &str,
+    recursive: bool,
+    json: bool,
+) -> Result<i32> {
+    let route = format!(
+        "/v1/sandboxes/{}/files/watch?path={}{}",
+        encode(id),
+        encode(path),
+        if recursive { "&recursive=true" } else { "" }
+    );
+    let resp = client
+        .call(
+            Method::GET,
+            &route,
+            "application/json",
+            crate::client::full(Vec::new()),
+        )
+        .await?;
+    let mut lines = crate::client::Lines::new(resp);
+    while let Some(e) = lines.next().await? {
+        if json {
+            println!("{e}");
+            continue;
+        }
+        match e["old_path"].as_str() {
+            Some(old) => println!(
+                "{:<8} {old} -> {}",
+                output::field(&e, "type"),
+                output::field(&e, "path")
+            ),
+            None => println!(
+                "{:<8} {}",
+                output::field(&e, "type"),
+                output::field(&e, "path")
+            ),
+        }
+    }
+    Ok(0)
+}
+
 /// `sandfork timeout ID SECS [--on-timeout A]`.
 pub async fn set_timeout(
     client: &Client,

@@ -47,6 +47,8 @@ pub enum Message {
     DirEntries(Vec<DirEntry>),
     /// Metadata of a path (reply to stat, and header of a file read).
     Stat(FileStat),
+    /// Changes under a watched directory, in the order they happened.
+    FsEvents(Vec<FsEvent>),
 }
 
 /// What the host asks for. One request per connection.
@@ -115,6 +117,10 @@ pub enum Request {
     Restart { id: u64 },
     /// Kill a background process's group; a supervised one is not restarted → `Done`.
     Stop { id: u64 },
+    /// Watch a directory (and, with `recursive`, the directories under it, those made
+    /// later included) → `Done` once the watch is in place, then `FsEvents`* until the
+    /// host closes the connection.
+    WatchDir { path: String, recursive: bool },
 }
 
 /// A background process to start.
@@ -367,6 +373,30 @@ pub struct FileStat {
     pub uid: u32,
     pub gid: u32,
     pub mtime_unix_ms: i64,
+}
+
+/// One change under a watched directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEvent {
+    pub kind: FsEventKind,
+    /// Absolute path (lossily converted when it is not UTF-8); for a rename, the new one.
+    pub path: String,
+    /// For a rename within the watch, the old path.
+    pub old_path: Option<String>,
+    pub is_dir: bool,
+}
+
+/// What changed. A file moved into the watch is a `Create`, one moved out a `Delete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FsEventKind {
+    Create,
+    Modify,
+    Delete,
+    Rename,
+    /// Attributes (mode, owner, times) changed.
+    Chmod,
+    /// The kernel's event queue overflowed: changes were lost.
+    Overflow,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,5 +20,5 @@ pub async fn events(State(m): State<AppState>, ApiQuery(q): ApiQuery<EventsQuery
         since: q.since,
         follow: !q.no_follow,
     });
-    ndjson::json_lines(rx)
+    ndjson::json_lines_with_heartbeat(rx)
 }

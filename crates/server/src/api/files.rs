@@ -17,7 +17,7 @@ use super::extract::{ApiJson, ApiQuery};
 use super::{ApiResult, AppState};
 use crate::backend::{BackendError, STREAM_DEPTH};
 use crate::error::Error;
-use api_types::{ErrorBody, FileEntry, FileList, FileQuery, MkdirRequest};
+use api_types::{ErrorBody, FileEntry, FileEvent, FileList, FileQuery, MkdirRequest};
 
 fn check_path(path: &str) -> Result<(), Error> {
     if !path.starts_with('/') || path.contains('\0') || path.len() > 4096 {
@@ -191,6 +191,60 @@ pub async fn list(
         .map(|e| entry(&join(&q.path, &e.name), &e.name, &e.stat))
         .collect();
     Ok(Json(FileList { entries }))
+}
+
+/// Watch a directory (with `recursive`, the directories under it too, those made later
+/// included): NDJSON, one `FileEvent` per change, until the client leaves. The response
+/// starts once the watch is in place, so a change made after it is seen.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/watch", tag = "files",
+    params(("id" = String, Path), FileQuery),
+    responses((status = 200, content_type = "application/x-ndjson", body = FileEvent),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn watch(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<FileQuery>,
+) -> ApiResult<Response> {
+    check_path(&q.path)?;
+    let mut batches = m.watch_dir(&id, &q.path, q.recursive).await?;
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        loop {
+            // A client that left ends the watch at once (dropping `batches` closes the
+            // agent's connection and lets the sandbox checkpoint again).
+            let batch = tokio::select! {
+                next = batches.recv() => match next {
+                    Some(Ok(batch)) => batch,
+                    _ => return,
+                },
+                () = tx.closed() => return,
+            };
+            for e in batch {
+                if tx.send(file_event(e)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(super::ndjson::json_lines_with_heartbeat(rx))
+}
+
+fn file_event(e: proto::agent::FsEvent) -> FileEvent {
+    use proto::agent::FsEventKind as K;
+    let kind = match e.kind {
+        K::Create => "create",
+        K::Modify => "modify",
+        K::Delete => "delete",
+        K::Rename => "rename",
+        K::Chmod => "chmod",
+        K::Overflow => "overflow",
+    };
+    FileEvent {
+        kind: kind.into(),
+        path: e.path,
+        old_path: e.old_path,
+        is_dir: e.is_dir,
+    }
 }
 
 /// Metadata of a path (symlinks are not followed).

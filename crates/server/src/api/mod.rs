@@ -172,6 +172,7 @@ fn sandbox_routes() -> Router<AppState> {
                 .delete(files::remove),
         )
         .route("/v1/sandboxes/{id}/files/list", get(files::list))
+        .route("/v1/sandboxes/{id}/files/watch", get(files::watch))
         .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
         .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
 }

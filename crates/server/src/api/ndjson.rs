@@ -196,6 +196,41 @@ pub fn json_lines<T: serde::Serialize + Send + 'static>(
     ([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(body)).into_response()
 }
 
+/// How often a long-lived stream with nothing to say sends an empty line: writing is how
+/// the server learns that its client has gone (and lets go of what the stream holds).
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// As [`json_lines`], for streams that may stay quiet for long (a directory watch, the
+/// events feed): an empty line every [`HEARTBEAT`] while nothing else is sent. NDJSON
+/// readers skip empty lines.
+pub fn json_lines_with_heartbeat<T: serde::Serialize + Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> Response {
+    let (tx, out) = tokio::sync::mpsc::channel::<Bytes>(crate::backend::STREAM_DEPTH);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let line = tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => {
+                        let mut v = serde_json::to_vec(&item).unwrap_or_default();
+                        v.push(b'\n');
+                        Bytes::from(v)
+                    }
+                    None => return,
+                },
+                _ = tick.tick() => Bytes::from_static(b"\n"),
+            };
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = ReceiverStream::new(out).map(Ok::<_, std::io::Error>);
+    ([(header::CONTENT_TYPE, NDJSON)], Body::from_stream(body)).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, volume
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,
         processes::close_stdin, processes::signal, processes::wait, processes::restart,
         processes::stop,
-        files::download, files::upload, files::remove, files::list, files::stat, files::mkdir,
+        files::download, files::upload, files::remove, files::list, files::watch, files::stat, files::mkdir,
         images::list, images::build, images::ensure, images::pull, images::build_dockerfile, images::from_snapshot, images::import, images::export, images::push, images::inspect, images::delete,
         volumes::create, volumes::list, volumes::inspect, volumes::delete,
         snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,

@@ -259,6 +259,22 @@ impl Manager {
         Ok(self.backend.list_dir(&id, path).await?)
     }
 
+    /// Watches a directory: batches of changes for as long as the caller reads (like a
+    /// followed output, an open watch holds the sandbox's agent: a memory checkpoint waits
+    /// up to [`DRAIN`] for it to end, then answers 409).
+    pub async fn watch_dir(
+        &self,
+        id_or_name: &str,
+        path: &str,
+        recursive: bool,
+    ) -> Result<Stream<Vec<proto::agent::FsEvent>>> {
+        let (id, plane) = self.using(id_or_name).await?;
+        Ok(holding(
+            plane,
+            self.backend.watch_dir(&id, path, recursive).await?,
+        ))
+    }
+
     pub async fn stat(&self, id_or_name: &str, path: &str) -> Result<FileStat> {
         let (id, _plane) = self.using(id_or_name).await?;
         Ok(self.backend.stat(&id, path).await?)

@@ -447,6 +447,20 @@ impl Backend for RuncBackend {
         self.agent(id)?.list_dir(path).await.map_err(agent_err)
     }
 
+    async fn watch_dir(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> BackendResult<Stream<Vec<proto::agent::FsEvent>>> {
+        let stream = self
+            .agent(id)?
+            .watch_dir(path, recursive)
+            .await
+            .map_err(agent_err)?;
+        Ok(streams::pump_watch(stream))
+    }
+
     async fn stat(&self, id: &str, path: &str) -> BackendResult<FileStat> {
         self.agent(id)?.stat(path).await.map_err(agent_err)
     }

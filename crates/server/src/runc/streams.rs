@@ -67,6 +67,29 @@ pub fn until_error(
     })
 }
 
+/// Forwards a directory watch's batches until the agent ends it or the reader leaves.
+pub fn pump_watch(mut stream: agent_client::WatchStream) -> Stream<Vec<proto::agent::FsEvent>> {
+    let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                next = stream.next() => next,
+                () = tx.closed() => return,
+            };
+            let batch = match next {
+                Ok(Some(batch)) => Ok(batch),
+                Ok(None) => return,
+                Err(e) => Err(agent_err(e)),
+            };
+            let last = batch.is_err();
+            if tx.send(batch).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 pub fn pump_attach(mut stream: agent_client::AttachStream) -> Stream<ExecEvent> {
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     tokio::spawn(async move {

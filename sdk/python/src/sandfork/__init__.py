@@ -115,7 +115,7 @@ from .sandbox import Sandbox
 from .snapshot import CopiedSandbox, ForkChild, ForkError, ForkResult, Snapshot
 from .images import Image
 from .volumes import Volume
-from .events import EventStream, SandboxEvent, events
+from .events import EventStream, FileEvent, FileWatch, SandboxEvent, events
 from .aio import AsyncForkResult, AsyncProcess, AsyncSandbox, AsyncSnapshot  # noqa: E402 - needs Sandbox
 from .client import AsyncSandboxClient, SandboxClient  # noqa: E402 - needs AsyncSandbox
 
@@ -158,7 +158,7 @@ __all__ = sorted(
         "AuthError", "BadRequestError", "CapacityError", "Client", "ConflictError", "ConnectionError", "CopiedSandbox",
         "DirectoryListing", "ExecStream", "FeatureNotSupportedError", "Features", "ForkChild", "ForkError", "ForkResult",
         "InvalidArgumentError", "NotFoundError", "OutputStream", "Process", "ProtocolError", "RequestTimeoutError",
-        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume", "SandboxStats", "SandboxEvent", "EventStream", "events",
+        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume", "SandboxStats", "SandboxEvent", "EventStream", "events", "FileEvent", "FileWatch",
         "Traced", "TracedBytes", "TracedList", "TransportTimeoutError", "UnavailableError", "UnsupportedError",
         "__version__", "parse_url",
     }

@@ -33,7 +33,6 @@ from ._files import CHUNK_SIZE, PathLike
 from ._streams import OutputCallback, OutputStream
 from ._trace import TracedList
 from ._transport import Client
-from .events import EventStream, SandboxEvent
 from .events import events as sync_events
 from .models import (
     CheckpointType,
@@ -109,22 +108,27 @@ def _next_or_end(iterator: Any) -> Any:
 
 
 class AsyncEventStream:
-    """Async iterator of :class:`~sandfork.events.SandboxEvent` (see :func:`events`)."""
+    """Async iterator of :class:`~sandfork.events.SandboxEvent` (see :func:`events`), or
+    of :class:`~sandfork.events.FileEvent` from ``AsyncSandbox.watch_dir``."""
 
-    def __init__(self, opener: Callable[[], EventStream]):
+    def __init__(self, opener: Callable[[], Any]):
         self._opener = opener
-        self._stream: Optional[EventStream] = None
+        self._stream: Any = None
 
     def __aiter__(self) -> "AsyncEventStream":
         return self
 
-    async def __anext__(self) -> SandboxEvent:
+    async def open(self) -> "AsyncEventStream":
+        """Sends the request now (a watch is live once this returns)."""
         if self._stream is None:
             self._stream = await _call(self._opener)
+        return self
+
+    async def __anext__(self) -> Any:
+        await self.open()
         event = await _call(_next_or_end, self._stream)
         if event is _END:
             raise StopAsyncIteration
-        assert isinstance(event, SandboxEvent)
         return event
 
     async def aclose(self) -> None:
@@ -539,6 +543,10 @@ class AsyncSandbox:
     def events(self, *, since: Optional[int] = 0, follow: bool = True) -> AsyncEventStream:
         """This sandbox's events (see :meth:`Sandbox.events`), as an async iterator."""
         return AsyncEventStream(lambda: self.sync.events(since=since, follow=follow))
+
+    async def watch_dir(self, path: str, *, recursive: bool = False) -> AsyncEventStream:
+        """Watches a directory (see :meth:`Sandbox.watch_dir`); live once awaited."""
+        return await AsyncEventStream(lambda: self.sync.watch_dir(path, recursive=recursive)).open()
     stats = _mirror("stats")
     terminate = _mirror("terminate")
 

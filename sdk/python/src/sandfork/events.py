@@ -40,24 +40,18 @@ class SandboxEvent:
         )
 
 
-class EventStream:
-    """An iterator of :class:`SandboxEvent` over one open request; ``close()`` (or leaving
-    its ``with`` block) drops the connection."""
+class _LineStream:
+    """An iterator over one open NDJSON response; ``close()`` (or leaving its ``with``
+    block) drops the connection, also from another thread than the one iterating."""
 
-    def __init__(self, client: Client, sandbox_id: Optional[str], since: Optional[int], follow: bool):
-        query = {"sandbox": check_str("sandbox_id", sandbox_id), "since": check_int("since", since, minimum=0)}
-        if not follow:
-            query["no_follow"] = "true"
-        self._response = client.open("GET", "/v1/events", query=query, unbounded=True)
+    def __init__(self, client: Client, path: str, query: Dict[str, Any]):
+        self._response = client.open("GET", path, query=query, unbounded=True)
         self._lines = self._response.iter_json_lines()
         self._closed = False
 
-    def __iter__(self) -> Iterator[SandboxEvent]:
-        return self
-
-    def __next__(self) -> SandboxEvent:
+    def _next_doc(self) -> Dict[str, Any]:
         try:
-            return SandboxEvent.from_json(next(self._lines))
+            return next(self._lines)
         except (errors.SandforkError, ValueError, AttributeError):
             # A read cut short by close() from another thread ends the stream.
             if self._closed:
@@ -65,12 +59,62 @@ class EventStream:
             raise
 
     def close(self) -> None:
-        """Ends the stream; safe to call from another thread than the one iterating."""
+        """Ends the stream."""
         self._closed = True
         self._response.interrupt()
         self._response.close()
 
+
+class EventStream(_LineStream):
+    """An iterator of :class:`SandboxEvent`."""
+
+    def __init__(self, client: Client, sandbox_id: Optional[str], since: Optional[int], follow: bool):
+        query: Dict[str, Any] = {"sandbox": check_str("sandbox_id", sandbox_id), "since": check_int("since", since, minimum=0)}
+        if not follow:
+            query["no_follow"] = "true"
+        super().__init__(client, "/v1/events", query)
+
+    def __iter__(self) -> Iterator[SandboxEvent]:
+        return self
+
+    def __next__(self) -> SandboxEvent:
+        return SandboxEvent.from_json(self._next_doc())
+
     def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class FileEvent:
+    """A change under a watched directory: ``type`` is ``create`` (also moved in),
+    ``modify``, ``delete`` (also moved out), ``rename`` (``old_path`` is where it was),
+    ``chmod`` or ``overflow`` (changes were lost)."""
+
+    type: str
+    path: str
+    old_path: Optional[str] = None
+    is_dir: bool = False
+
+
+class FileWatch(_LineStream):
+    """An iterator of :class:`FileEvent` from a directory watch (``Sandbox.watch_dir``);
+    the watch is in place once this object exists."""
+
+    def __init__(self, client: Client, route: str, path: str, recursive: bool):
+        query = {"path": check_str("path", path), "recursive": "true" if recursive else None}
+        super().__init__(client, f"{route}/files/watch", query)
+
+    def __iter__(self) -> Iterator[FileEvent]:
+        return self
+
+    def __next__(self) -> FileEvent:
+        d = self._next_doc()
+        return FileEvent(type=str(d.get("type", "")), path=str(d.get("path", "")), old_path=d.get("old_path"), is_dir=bool(d.get("is_dir")))
+
+    def __enter__(self) -> "FileWatch":
         return self
 
     def __exit__(self, *exc: object) -> None:

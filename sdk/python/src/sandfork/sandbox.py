@@ -67,7 +67,7 @@ from .models import (
     SnapshotWaitCondition,
     StdinMode,
 )
-from .events import EventStream
+from .events import EventStream, FileWatch
 from .process import Process, SignalLike, signal_value
 from .snapshot import ForkResult, Snapshot, bind_sandbox_factory, fork_body
 
@@ -575,6 +575,12 @@ class Sandbox(FilesMixin):
         terminated, failed, oom, ...): the kept ones after ``since`` first (``None``: only
         new ones), then new ones as they happen unless ``follow=False``."""
         return EventStream(self._client, self.id, since, follow)
+
+    def watch_dir(self, path: str, *, recursive: bool = False) -> FileWatch:
+        """Watches directory ``path`` (with ``recursive``, the directories under it too):
+        an iterator of :class:`~sandfork.events.FileEvent`, live once this returns; close
+        it when done (an open watch makes a memory checkpoint wait for it, then refuse)."""
+        return FileWatch(self._client, self._route, path, recursive)
 
     def stats(self) -> SandboxStats:
         """What the running sandbox uses now: CPU time, memory, processes, root disk and

@@ -1,6 +1,7 @@
 //! File operations inside the sandbox, streamed and bounded.
 
 mod read;
+mod watch;
 mod write;
 
 use std::fs::{self, Metadata};
@@ -14,6 +15,7 @@ use super::errors::{check_path, invalid, io_error};
 use super::wire::Writer;
 
 pub use read::read_file;
+pub use watch::watch_dir;
 pub use write::write_file;
 
 /// Entries per `DirEntries` frame.
