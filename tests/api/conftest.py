@@ -61,7 +61,13 @@ def api_daemon() -> Iterator[ApiDaemon]:
         # run makes many more creates than the caps admit.
         "--admission-wait-secs", "0",
     ]  # fmt: skip
-    d = start_daemon(binary, args, root=root)
+    # Generated image references (a create's image, a pull, a push, a Dockerfile's FROM)
+    # would make the daemon call registries on the internet: its registry client goes
+    # through a proxy on a closed local port instead, so each such call fails at once and
+    # no packet leaves the machine.
+    closed = f"http://127.0.0.1:{free_port()}"
+    no_egress = {"HTTPS_PROXY": closed, "HTTP_PROXY": closed, "https_proxy": closed, "http_proxy": closed, "NO_PROXY": "", "no_proxy": ""}
+    d = start_daemon(binary, args, root=root, env=no_egress)
     try:
         wait_healthy(d)
         yield ApiDaemon(d, f"http://127.0.0.1:{port}", token)

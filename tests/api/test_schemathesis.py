@@ -78,9 +78,10 @@ def write_config(path: Path, ids: dict) -> None:
 
 # Run last, on their own: they end the live sandbox and snapshot the others need.
 DESTRUCTIVE = ["DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/suspend", "DELETE /v1/snapshots/{id}"]
-# Streams that run until the client leaves, with no parameter to bound them (their own
-# tests cover them): a directory watch.
-ENDLESS = ["GET /v1/sandboxes/{id}/files/watch"]
+# Streams that run until the client leaves (their own tests cover them): a directory
+# watch and the followed events feed. Both send a heartbeat line every second, so the
+# fuzzer's read timeout never ends them.
+ENDLESS = ["GET /v1/sandboxes/{id}/files/watch", "GET /v1/events"]
 
 
 def run_schemathesis(api: ApiDaemon, config: Path, report: Path, selection: list) -> subprocess.CompletedProcess:
@@ -93,7 +94,8 @@ def run_schemathesis(api: ApiDaemon, config: Path, report: Path, selection: list
         "--report", "junit", "--report-junit-path", str(report), "--output-truncate", "true",
         *selection,
     ]  # fmt: skip
-    env = dict(os.environ, NO_COLOR="1", SCHEMATHESIS_TELEMETRY="false")
+    hooks_path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, NO_COLOR="1", SCHEMATHESIS_TELEMETRY="false", SCHEMATHESIS_HOOKS="fuzz_hooks", PYTHONPATH=hooks_path)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env, cwd=config.parent)
 
 

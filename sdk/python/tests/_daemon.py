@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Mapping, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[3]
 HEALTH_TIMEOUT = 60.0
@@ -65,10 +65,11 @@ def implements_serve(binary: Path, *options: str) -> bool:
     return all(opt in text for opt in ("--data-dir", "--socket", *options))
 
 
-def _agent_env() -> dict:
+def _agent_env(extra: Optional[Mapping[str, str]] = None) -> dict:
     """The daemon's environment (the binary carries its own agent and disk server)."""
     env = dict(os.environ)
     env.setdefault("RUST_LOG", "info")
+    env.update(extra or {})
     return env
 
 
@@ -90,7 +91,11 @@ def wait_healthy(daemon: Daemon) -> None:
 
 
 def start_daemon(
-    binary: Path, extra_args: Sequence[str] = (), root: Optional[Path] = None, default_image: Optional[str] = "busybox"
+    binary: Path,
+    extra_args: Sequence[str] = (),
+    root: Optional[Path] = None,
+    default_image: Optional[str] = "busybox",
+    env: Optional[Mapping[str, str]] = None,
 ) -> Daemon:
     """Starts ``binary serve`` on a fresh data dir (under ``root``, else a new temp dir).
 
@@ -105,7 +110,7 @@ def start_daemon(
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [str(binary), "serve", "--data-dir", str(data_dir), "--socket", str(sock), *extra_args],
-            stdout=out, stderr=subprocess.STDOUT, env=_agent_env(), start_new_session=True,
+            stdout=out, stderr=subprocess.STDOUT, env=_agent_env(env), start_new_session=True,
         )  # fmt: skip
     return Daemon(f"unix://{sock}", root, data_dir, sock, log, process)
 
