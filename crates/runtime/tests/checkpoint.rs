@@ -9,9 +9,10 @@ use proto::agent::Identity;
 use runtime::{CheckpointKind, RestoreOptions, SnapshotSource};
 
 /// Starts a process holding a value only in memory (its file is deleted) that rewrites
-/// it to /tmp/out every 50 ms, and an HTTP server on port 8080.
+/// it to /tmp/out every 50 ms (by rename, so a reader never sees it half written), and an
+/// HTTP server on port 8080.
 const WORKLOAD: &str = "echo -n warm-$RANDOM$RANDOM > /seed; mkdir -p /www; echo served > /www/index.html; \
-    (v=$(cat /seed); rm /seed; i=0; while :; do echo \"$v $i\" > /tmp/out; i=$((i+1)); sleep 0.05; done) \
+    (v=$(cat /seed); rm /seed; i=0; while :; do echo \"$v $i\" > /tmp/out.new; mv /tmp/out.new /tmp/out; i=$((i+1)); sleep 0.05; done) \
     </dev/null >/dev/null 2>&1 & httpd -p 8080 -h /www; sleep 0.3; cat /tmp/out";
 
 async fn wait_file(agent: &agent_client::AgentClient, path: &str) -> String {
