@@ -20,6 +20,17 @@ const DISK: &str = "d";
 struct Rng(u64);
 
 impl Rng {
+    /// A generator whose stream is unrelated to `seed`'s own: the parent seeds children
+    /// from its xorshift stream, so seeding a child with the raw value would replay the
+    /// parent's (and so the next child's) sequence a few steps apart.
+    fn child(seed: u64) -> Rng {
+        // splitmix64 finalizer
+        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        Rng((z ^ (z >> 31)) | 1)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -88,6 +99,8 @@ struct ChildState {
     disk: Option<Disk>,
     model: Vec<u8>,
     rng: Rng,
+    /// Distinct per child, so ref names never repeat across children.
+    seed: u64,
     seq: u64,
 }
 
@@ -107,7 +120,8 @@ impl ChildState {
             b,
             disk: Some(disk),
             model,
-            rng: Rng(seed | 1),
+            rng: Rng::child(seed),
+            seed,
             seq: 0,
         }
     }
@@ -168,7 +182,7 @@ impl ChildState {
     fn seal(&mut self) {
         let id = self.disk().seal().unwrap();
         self.seq += 1;
-        let name = format!("s{:x}-{}", self.rng.0 & 0xffff_ffff, self.seq);
+        let name = format!("s{:x}-{}", self.seed, self.seq);
         self.a.set_ref(&name, &id).unwrap();
         let hash = content_hash(&self.model);
         record(
