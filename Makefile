@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images
+.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
 
 setup:
 	@scripts/setup
@@ -81,6 +81,12 @@ bench-images: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/images.py | tee $$out && \
 	  python3 bench/report.py "images" "make bench-images" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+bench-surface: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  scripts/with-daemon python3 bench/surface.py | tee $$out && \
+	  python3 bench/report.py "agents' surface" "make bench-surface" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 bench-workloads: build-release

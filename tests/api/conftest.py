@@ -51,8 +51,11 @@ def api_daemon() -> Iterator[ApiDaemon]:
     token = secrets.token_hex(16)
     (root / "token").write_text(token)
     (root / "token").chmod(0o600)
-    (root / "config.toml").write_text(f"max_upload_bytes = {MAX_UPLOAD_BYTES}\n")
     port = free_port()
+    # Generated egress rules name hosts: the sandboxes' resolvers ask a closed local port
+    # (each lookup fails at once), so no DNS question leaves the machine either.
+    closed_dns = f"127.0.0.1:{free_port()}"
+    (root / "config.toml").write_text(f'max_upload_bytes = {MAX_UPLOAD_BYTES}\ndns_upstreams = ["{closed_dns}"]\n')
     args = [
         "--config", str(root / "config.toml"), "--listen", f"127.0.0.1:{port}",
         "--token-file", str(root / "token"), "--max-sandboxes", str(MAX_SANDBOXES),

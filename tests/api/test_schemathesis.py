@@ -79,9 +79,10 @@ def write_config(path: Path, ids: dict) -> None:
 # Run last, on their own: they end the live sandbox and snapshot the others need.
 DESTRUCTIVE = ["DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/suspend", "DELETE /v1/snapshots/{id}"]
 # Streams that run until the client leaves (their own tests cover them): a directory
-# watch and the followed events feed. Both send a heartbeat line every second, so the
-# fuzzer's read timeout never ends them.
-ENDLESS = ["GET /v1/sandboxes/{id}/files/watch", "GET /v1/events"]
+# watch, the followed events feed and a followed sandbox log. Each sends a heartbeat line
+# every second, so the fuzzer's read timeout never ends them and a request for one would
+# never complete.
+ENDLESS = ["GET /v1/sandboxes/{id}/files/watch", "GET /v1/events", "GET /v1/sandboxes/{id}/logs"]
 
 
 def run_schemathesis(api: ApiDaemon, config: Path, report: Path, selection: list) -> subprocess.CompletedProcess:
@@ -91,12 +92,28 @@ def run_schemathesis(api: ApiDaemon, config: Path, report: Path, selection: list
         "-H", f"Authorization: Bearer {api.token}", "--checks", CHECKS,
         "--max-examples", str(EXAMPLES), "--seed", str(SEED), "--workers", "1",
         "--request-timeout", "60", "--no-shrink", "--suppress-health-check", "all",
-        "--report", "junit", "--report-junit-path", str(report), "--output-truncate", "true",
+        "--report", "junit,har", "--report-junit-path", str(report),
+        "--report-har-path", str(report.with_suffix(".har")), "--output-truncate", "true",
         *selection,
     ]  # fmt: skip
     hooks_path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, NO_COLOR="1", SCHEMATHESIS_TELEMETRY="false", SCHEMATHESIS_HOOKS="fuzz_hooks", PYTHONPATH=hooks_path)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env, cwd=config.parent)
+
+
+def slow_requests(har: Path, over_ms: float = 10_000) -> str:
+    """The requests of a pass that took longer than ``over_ms`` or got no answer (a read
+    timeout), from its HAR log: what to look at when the fuzzer reports a network error."""
+    try:
+        entries = json.loads(har.read_text())["log"]["entries"]
+    except (OSError, ValueError, KeyError) as e:
+        return f"(no request log: {e})"
+    slow = [
+        f"  {e['time']:.0f} ms {e['response'].get('status', 0)} {e['request']['method']} {e['request']['url']}"
+        for e in entries
+        if e.get("time", 0) > over_ms or not e.get("response", {}).get("status")
+    ]
+    return "requests slower than 10 s or unanswered:\n" + ("\n".join(slow) or "  none")
 
 
 def test_api_survives_generated_requests(api_daemon: ApiDaemon, tmp_path: Path) -> None:
@@ -118,6 +135,7 @@ def test_api_survives_generated_requests(api_daemon: ApiDaemon, tmp_path: Path) 
         assert api_daemon.daemon.process.poll() is None, f"the daemon died:\n{api_daemon.daemon.log_tail()}"
         if out.returncode != 0:
             failed.append(label)
+            print(slow_requests(tmp_path / f"junit-{label}.har"))
     assert not failed, f"schemathesis found failures in the {failed} pass(es); see the output above"
     assert_alive(api_daemon)
     rss = rss_mb(api_daemon.daemon.process.pid)

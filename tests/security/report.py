@@ -78,8 +78,18 @@ RESIDUAL = """\
 - ptrace is allowed within a sandbox (its pid namespace confines it); CPU time is limited
   by quota but not isolated from side channels; the FUSE disk server runs as root on the
   host and parses block requests from the kernel only, never from the sandbox.
-- A sandbox with `internet` can send DNS queries to its resolvers (and so leak data
-  through names) unless its `deny_out` covers them (a `deny_out` of 0.0.0.0/0 does).
+- Page merging (`memory_merge`, on by default so that forks share memory) is a timing side
+  channel between sandboxes on one host: a write to a merged page takes a copy-on-write
+  fault, so a sandbox can tell whether a page of exactly the same 4 KiB content exists in
+  another sandbox. It reveals nothing of a page it cannot already guess whole (a key, a
+  token of enough entropy); it can confirm a guessed page (a known file's version, a
+  low-entropy value alone in a page). Hosts whose sandboxes belong to tenants who must not
+  learn that of each other run with `memory_merge = false`; forks then copy their
+  parent's memory.
+- A sandbox with `internet` can leak data through the names it asks its resolver, which
+  forwards them upstream, unless its `allow_out` names hosts (then only allowed names go
+  upstream) or it denies 0.0.0.0/0 (then none do). A denied wildcard blocks the addresses
+  answers have shown; a denied name's addresses are looked up every minute.
 """
 
 

@@ -826,10 +826,22 @@ def rule_sets(chain: str) -> List[Tuple[str, List[ipaddress.IPv4Network], str]]:
         m = re.match(r"ip daddr (\{ (?P<set>[^}]*) \}|(?P<one>\S+))(?P<rest>.*)", line)
         if not m:
             continue
-        items = (m.group("set") or m.group("one")).split(",")
+        one = m.group("one") or ""
+        if one.startswith("@"):
+            # A named set (addresses the sandbox's resolver learned): what it holds now.
+            items = learned_set(one[1:])
+        else:
+            items = (m.group("set") or one).split(",")
         nets = [ipaddress.ip_network(i.strip(), strict=False) for i in items if i.strip()]
         out.append((line, nets, line.split()[-1]))
     return out
+
+
+def learned_set(name: str) -> List[str]:
+    """The addresses in nftables set ``name`` of the sandfork table."""
+    listing = run("nft", "-j", "list", "set", "inet", "sandfork", name).stdout
+    elems = json.loads(listing)["nftables"][1]["set"].get("elem", [])
+    return [e if isinstance(e, str) else e["elem"]["val"] for e in elems]
 
 
 @pytest.mark.promise("egress")
@@ -895,7 +907,7 @@ def test_guarded_ranges_are_dropped_in_the_ruleset(attempts, daemon) -> None:
     with Sandbox.create(memory_mb=64, allow_internet_access=True) as sb, Sandbox.create(memory_mb=64, allow_internet_access=True, allow_out=["203.0.113.7/32"]) as allow:
         chain = egress_chain(view_of(api, sb.id))
         allow_chain = egress_chain(view_of(api, allow.id))
-    rules = rule_sets(chain)
+        rules = rule_sets(chain)  # learned-address sets are read while they exist
     lines = [ln.strip() for ln in chain.splitlines() if ln.strip() and not ln.strip().startswith(("table", "chain", "}"))]
     drops = [(i, nets) for i, (line, nets, verdict) in enumerate(rules) if verdict == "drop"]
     accepts = [(line, nets) for line, nets, verdict in rules if verdict == "accept"]
@@ -918,10 +930,29 @@ def test_guarded_ranges_are_dropped_in_the_ruleset(attempts, daemon) -> None:
     allow_last = [ln.strip() for ln in allow_chain.splitlines() if ln.strip() and not ln.strip().startswith(("table", "chain", "}"))][-1:]
     attempts.refused("with an allow list, what it does not name goes through", allow_last == ["drop"], allow_chain)
     table = run("nft", "list", "table", "inet", "sandfork").stdout
-    forward = table.split("chain forward", 1)[-1].split("}", 1)[0]
+    forward = chain_body(table, "forward")
     attempts.refused("new connections into a sandbox interface (forward)", re.search(r'oifname "sfh\*" drop', forward) is not None, forward)
-    inp = table.split("chain input", 1)[-1].split("}", 1)[0]
+    inp = chain_body(table, "input")
     attempts.refused("new connections from a sandbox to the host (input)", re.search(r'iifname "sfh\*" drop', inp) is not None, inp)
+    # Before that drop, only replies and DNS to the sandbox's own resolver (its host end).
+    before = inp.split('iifname "sfh*" drop', 1)[0]
+    accepts_in = [ln.strip() for ln in before.splitlines() if ln.strip().endswith("accept")]
+    attempts.refused(
+        "a sandbox reaches host services other than its resolver",
+        all("ct state established,related" in ln or ("th dport 53" in ln and "@dns_in" in ln) for ln in accepts_in),
+        inp,
+    )
+
+
+def chain_body(table: str, name: str) -> str:
+    """The rules of chain ``name`` in an ``nft list table`` listing."""
+    lines = table.split(f"chain {name} {{", 1)[-1].splitlines()
+    body = []
+    for ln in lines[1:]:
+        if ln.strip() == "}":
+            break
+        body.append(ln)
+    return "\n".join(body)
 
 
 # ------------------------------------------------------------------- snapshot files

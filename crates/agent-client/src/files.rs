@@ -220,7 +220,32 @@ impl WatchStream {
     }
 }
 
+/// The sandbox log, as the agent sends it.
+pub struct LogStream {
+    conn: Conn,
+}
+
+impl LogStream {
+    /// The next batch of lines; `None` at the end (caught up without `follow`, or the
+    /// agent closed the connection).
+    pub async fn next(&mut self) -> Result<Option<Vec<proto::agent::LogLine>>> {
+        match self.conn.recv().await {
+            Ok(Message::LogLines(batch)) if batch.len() <= MAX_WATCH_BATCH => Ok(Some(batch)),
+            Ok(Message::LogLines(_)) => Err(ClientError::TooLarge(MAX_WATCH_BATCH as u64)),
+            Ok(Message::Eof) | Err(ClientError::Closed) => Ok(None),
+            Ok(m) => Err(unexpected(&m)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl AgentClient {
+    /// The sandbox log from line `since` on; with `follow`, new lines as they come.
+    pub async fn logs(&self, since: u64, follow: bool) -> Result<LogStream> {
+        let conn = self.request(Request::Logs { since, follow }).await?;
+        Ok(LogStream { conn })
+    }
+
     /// Watches directory `path` (and the directories under it with `recursive`); returns
     /// once the watch is in place.
     pub async fn watch_dir(&self, path: &str, recursive: bool) -> Result<WatchStream> {

@@ -24,8 +24,8 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use proto::codec::{CodecError, FrameReader, FrameWriter};
 
 pub use exec::{ExecEvent, ExecOutput, ExecStdin, ExecStream};
-pub use files::{FileDownload, WatchStream, WriteOptions};
-pub use procs::{AttachEvent, AttachStream};
+pub use files::{FileDownload, LogStream, WatchStream, WriteOptions};
+pub use procs::{AttachEvent, AttachStream, PtyInput, PtyOutput};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -103,11 +103,7 @@ pub(crate) struct Conn {
 impl Conn {
     /// The next frame; an agent `Error` frame becomes `Err`.
     pub async fn recv(&mut self) -> Result<Message> {
-        match self.reader.read().await? {
-            Some(Message::Error(e)) => Err(ClientError::Agent(e)),
-            Some(m) => Ok(m),
-            None => Err(ClientError::Closed),
-        }
+        recv_from(&mut self.reader).await
     }
 
     /// As [`Self::recv`], for a frame the agent sends at once (it is a reply to a request,
@@ -124,6 +120,15 @@ impl Conn {
     /// hold the caller).
     pub async fn send_prompt(&mut self, msg: &Message) -> Result<()> {
         within(REPLY_TIMEOUT, self.send(msg)).await
+    }
+}
+
+/// The next frame on `reader`; an agent `Error` frame becomes `Err`.
+pub(crate) async fn recv_from(reader: &mut FrameReader<OwnedReadHalf>) -> Result<Message> {
+    match reader.read().await? {
+        Some(Message::Error(e)) => Err(ClientError::Agent(e)),
+        Some(m) => Ok(m),
+        None => Err(ClientError::Closed),
     }
 }
 
@@ -179,6 +184,11 @@ impl AgentClient {
     pub fn pinned_to(mut self, pid: u32) -> Self {
         self.pinned = Some(pid);
         self
+    }
+
+    /// The agent's host pid, when pinned (see [`Self::pinned_to`]).
+    pub fn pid(&self) -> Option<u32> {
+        self.pinned
     }
 
     pub fn socket_path(&self) -> PathBuf {

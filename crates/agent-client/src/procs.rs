@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-use proto::agent::{ExitInfo, Message, OutputStream, ProcessInfo, Request, SpawnRequest};
+use proto::agent::{ExitInfo, Message, OutputStream, ProcessInfo, PtySize, Request, SpawnRequest};
+use proto::codec::{FrameReader, FrameWriter};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::{unexpected, AgentClient, Conn, Result};
+use crate::{unexpected, AgentClient, ClientError, Conn, Result};
 
 /// What an attached client receives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,28 +40,72 @@ impl AttachStream {
         if self.done {
             return Ok(None);
         }
-        let ev = match self.conn.recv().await? {
-            Message::Output {
+        let ev = attach_event(self.conn.recv().await?)?;
+        self.done = matches!(ev, AttachEvent::Exit(_) | AttachEvent::CaughtUp);
+        Ok(Some(ev))
+    }
+}
+
+fn attach_event(msg: Message) -> Result<AttachEvent> {
+    Ok(match msg {
+        Message::Output {
+            stream,
+            offset,
+            data,
+        } => {
+            crate::check_chunk(&data)?;
+            AttachEvent::Output {
                 stream,
                 offset,
                 data,
-            } => {
-                crate::check_chunk(&data)?;
-                AttachEvent::Output {
-                    stream,
-                    offset,
-                    data,
-                }
             }
-            Message::OutputDropped { stream, from, to } => {
-                AttachEvent::Dropped { stream, from, to }
-            }
-            Message::Exit(e) => AttachEvent::Exit(e),
-            Message::Eof => AttachEvent::CaughtUp,
-            m => return Err(unexpected(&m)),
+        }
+        Message::OutputDropped { stream, from, to } => AttachEvent::Dropped { stream, from, to },
+        Message::Exit(e) => AttachEvent::Exit(e),
+        Message::Eof => AttachEvent::CaughtUp,
+        m => return Err(unexpected(&m)),
+    })
+}
+
+/// A terminal session's output, as it arrives.
+pub struct PtyOutput {
+    reader: FrameReader<OwnedReadHalf>,
+    done: bool,
+}
+
+impl PtyOutput {
+    /// The next event; `None` after [`AttachEvent::Exit`] or when the agent closed the
+    /// session (the sandbox is being checkpointed or went away).
+    pub async fn next(&mut self) -> Result<Option<AttachEvent>> {
+        if self.done {
+            return Ok(None);
+        }
+        let msg = match crate::recv_from(&mut self.reader).await {
+            Err(ClientError::Closed) => return Ok(None),
+            r => r?,
         };
-        self.done = matches!(ev, AttachEvent::Exit(_) | AttachEvent::CaughtUp);
+        let ev = attach_event(msg)?;
+        self.done = matches!(ev, AttachEvent::Exit(_));
         Ok(Some(ev))
+    }
+}
+
+/// A terminal session's input: keystrokes and resizes. Dropping it detaches the session
+/// (the process keeps running).
+pub struct PtyInput {
+    writer: FrameWriter<OwnedWriteHalf>,
+}
+
+impl PtyInput {
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        for chunk in data.chunks(proto::agent::CHUNK_SIZE) {
+            self.writer.send(&Message::Data(chunk.to_vec())).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn resize(&mut self, size: PtySize) -> Result<()> {
+        Ok(self.writer.send(&Message::PtyResize(size)).await?)
     }
 }
 
@@ -109,6 +155,43 @@ impl AgentClient {
             conn: self.request(req).await?,
             done: false,
         })
+    }
+
+    /// Starts a background process on a new terminal of `size`; returns its `(id, pid)`.
+    pub async fn spawn_pty(
+        &self,
+        req: impl Into<SpawnRequest>,
+        size: PtySize,
+    ) -> Result<(u64, u32)> {
+        let req = Request::SpawnPty {
+            spawn: req.into(),
+            size,
+        };
+        match self.call(req).await? {
+            Message::Spawned { id, pid } => Ok((id, pid)),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    /// Attaches to terminal process `id` from output `offset` (0 = all still buffered).
+    pub async fn pty_connect(&self, id: u64, offset: u64) -> Result<(PtyOutput, PtyInput)> {
+        let mut conn = self.request(Request::PtyConnect { id, offset }).await?;
+        match conn.recv_prompt().await? {
+            Message::Done => Ok((
+                PtyOutput {
+                    reader: conn.reader,
+                    done: false,
+                },
+                PtyInput {
+                    writer: conn.writer,
+                },
+            )),
+            m => Err(unexpected(&m)),
+        }
+    }
+
+    pub async fn resize_pty(&self, id: u64, size: PtySize) -> Result<()> {
+        self.call_done(Request::ResizePty { id, size }).await
     }
 
     pub async fn write_stdin(&self, id: u64, data: &[u8]) -> Result<()> {

@@ -45,6 +45,10 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(agent::server::pty::KEEPER_ARG) {
+        // A terminal relay (see agent::server::pty), started by the agent.
+        return ExitCode::from(agent::server::pty::keep().clamp(0, 255) as u8);
+    }
     let config = Args::parse().config();
     let level = std::env::var("SANDFORK_AGENT_LOG").unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt()

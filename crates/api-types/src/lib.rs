@@ -25,8 +25,11 @@ pub struct NetworkRequest {
     /// `none` (loopback only) or `internet` (egress through the host).
     #[serde(default)]
     pub mode: NetworkModeName,
+    /// The only destinations allowed, when not empty: IPv4 addresses, CIDRs, hostnames
+    /// and wildcards (`*.example.com`).
     #[serde(default)]
     pub allow_out: Vec<String>,
+    /// Destinations denied (wins over `allow_out`), in the same forms.
     #[serde(default)]
     pub deny_out: Vec<String>,
 }
@@ -97,6 +100,11 @@ pub struct CreateSandbox {
     pub deny_out: Option<Vec<String>>,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Serve the sandbox's ports through the gateway without an access token (default:
+    /// private).
+    pub public_ports: Option<bool>,
+    /// The only ports the gateway serves (default: any port).
+    pub exposed_ports: Option<Vec<u16>>,
 }
 
 /// A sandbox's network as reported.
@@ -152,6 +160,12 @@ pub struct Sandbox {
     /// The command started in the background when the sandbox booted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entrypoint: Option<Vec<String>>,
+    /// Whether the gateway serves its ports without an access token.
+    #[serde(default)]
+    pub public_ports: bool,
+    /// The only ports the gateway serves; absent: any port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposed_ports: Option<Vec<u16>>,
 }
 
 /// `PATCH /v1/sandboxes/{id}`: what to change on a live sandbox; absent fields stay.
@@ -162,14 +176,19 @@ pub struct UpdateSandbox {
     pub name: Option<String>,
     /// Replaces the labels.
     pub labels: Option<BTreeMap<String, String>>,
-    /// Replaces the egress allow list (CIDRs) of a sandbox with internet access.
+    /// Replaces the egress allow list (IPv4 addresses, CIDRs, hostnames, `*.` wildcards)
+    /// of a sandbox with internet access, at once and without a restart.
     pub allow_out: Option<Vec<String>>,
-    /// Replaces the egress deny list (CIDRs) of a sandbox with internet access.
+    /// Replaces the egress deny list (same forms) of a sandbox with internet access.
     pub deny_out: Option<Vec<String>>,
     /// A new idle timeout, counted from now (0 = never).
     pub timeout_secs: Option<u64>,
     /// A new action for the idle timeout.
     pub on_timeout: Option<OnTimeout>,
+    /// Serve its ports without an access token (true) or with one only (false).
+    pub public_ports: Option<bool>,
+    /// The only ports the gateway serves (an empty list: none).
+    pub exposed_ports: Option<Vec<u16>>,
 }
 
 /// `PATCH /v1/sandboxes/{id}/labels`: labels to set and keys to remove, applied in one step
@@ -205,10 +224,17 @@ pub struct SandboxStats {
     pub id: String,
     /// RFC 3339.
     pub sampled_at: String,
-    /// CPU time used by every process of the sandbox.
-    pub cpu_seconds: f64,
     /// Its CPU limit, in cores.
     pub cpus: f64,
+    #[serde(flatten)]
+    pub usage: ResourceUse,
+}
+
+/// What a running sandbox uses, read now (counters run from its boot or restore).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ResourceUse {
+    /// CPU time used by every process of the sandbox.
+    pub cpu_seconds: f64,
     pub memory_bytes: u64,
     pub memory_limit_bytes: u64,
     pub pids: u64,
@@ -559,6 +585,82 @@ pub struct ProcessList {
     pub processes: Vec<Process>,
 }
 
+/// A terminal session to start: a process on a new pseudo-terminal (its stdin, stdout and
+/// stderr), attached over `GET .../pty/{pid}/connect` (a WebSocket).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreatePty {
+    /// Program; default: `bash -l` where the sandbox has bash, else `sh -l`.
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// `TERM` defaults to `xterm-256color`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Absolute path.
+    #[schema(pattern = "^/")]
+    pub working_dir: Option<String>,
+    /// `name`, `uid` or `uid:gid`.
+    pub user: Option<String>,
+    /// Terminal width in columns (default 80).
+    #[schema(minimum = 1, maximum = 4096)]
+    pub cols: Option<u16>,
+    /// Terminal height in rows (default 24).
+    #[schema(minimum = 1, maximum = 4096)]
+    pub rows: Option<u16>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    #[schema(minimum = 1, maximum = 4096)]
+    pub cols: u16,
+    #[schema(minimum = 1, maximum = 4096)]
+    pub rows: u16,
+}
+
+/// `POST /v1/sandboxes/{id}/port-urls`: a URL to one port of a sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortUrlRequest {
+    #[schema(minimum = 1, maximum = 65535)]
+    pub port: u16,
+    /// How long the signed URL works (default 3600, at most 30 days).
+    #[schema(minimum = 1, maximum = 2592000)]
+    pub expires_in_secs: Option<u64>,
+}
+
+/// How to reach one port of a sandbox through the gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PortUrl {
+    pub port: u16,
+    /// Path-based route: `/v1/sandboxes/{id}/ports/{port}/`.
+    pub path: String,
+    /// `path` with a signature that opens this port until `expires_at`.
+    pub signed_path: String,
+    /// Host-based route: `{port}-{id}.<gateway domain>` (the daemon's port appended by
+    /// the client).
+    pub host: String,
+    /// Opens every port of the sandbox as `X-Sandfork-Access-Token` (or
+    /// `sandfork_token=`); the same for the sandbox's life.
+    pub access_token: String,
+    /// RFC 3339.
+    pub expires_at: String,
+    /// The sandbox's ports need no token.
+    pub public: bool,
+}
+
+/// Query of `GET .../pty/{pid}/connect`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PtyConnectQuery {
+    /// Output offset to replay from (0 = everything still buffered, up to 1 MiB); a client
+    /// that reconnects passes the offset it has seen up to.
+    #[serde(default)]
+    pub offset: u64,
+}
+
 /// Query of `GET .../processes/{pid}/output`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -598,6 +700,42 @@ pub enum SignalSpec {
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     pub signal: SignalSpec,
+}
+
+/// Query of `GET /v1/sandboxes/{id}/logs`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Start at this line (`seq`); default: the oldest kept.
+    pub since: Option<u64>,
+    /// Only the last this many lines (before following).
+    pub tail: Option<usize>,
+    /// Keep streaming new lines.
+    #[serde(default)]
+    pub follow: bool,
+    /// Only this process's lines (a pid or a supervised process's name).
+    pub process: Option<String>,
+    /// Only `stdout` or `stderr`.
+    pub stream: Option<String>,
+}
+
+/// One line of the sandbox log (`GET /v1/sandboxes/{id}/logs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LogEntry {
+    /// Position in the sandbox log, from 1; consecutive (a gap: lines no longer kept).
+    pub seq: u64,
+    /// RFC 3339, when the agent read it.
+    pub timestamp: String,
+    /// The process's pid (as in the process routes).
+    pub pid: u64,
+    /// Its name, else its command line.
+    pub process: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// `info` (stdout) or `error` (stderr).
+    pub level: String,
+    /// The line, without its newline (invalid UTF-8 replaced).
+    pub message: String,
 }
 
 /// One change under a watched directory (`GET /v1/sandboxes/{id}/files/watch`).

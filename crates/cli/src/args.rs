@@ -45,6 +45,30 @@ pub enum Command {
         #[arg(long)]
         no_follow: bool,
     },
+    /// An interactive terminal in a sandbox (a login shell, or COMMAND); exits with its
+    /// exit code. The session survives checkpoints: it reconnects where it left off.
+    Shell {
+        id: String,
+        /// Attach to a running terminal session (its pid) instead of starting one.
+        #[arg(long, value_name = "PID", conflicts_with = "command")]
+        attach: Option<String>,
+        /// The program and its arguments (default: the sandbox's login shell).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Print the sandbox log: what its background processes write, line by line.
+    Logs {
+        id: String,
+        /// Keep printing new lines (until interrupted).
+        #[arg(short, long)]
+        follow: bool,
+        /// Only the last N lines.
+        #[arg(long)]
+        tail: Option<usize>,
+        /// Only this process's lines (pid or name).
+        #[arg(long)]
+        process: Option<String>,
+    },
     /// Print changes under a directory of a sandbox as they happen (until interrupted).
     Watch {
         id: String,
@@ -53,6 +77,15 @@ pub enum Command {
         #[arg(short, long)]
         recursive: bool,
     },
+    /// How to reach a port of a sandbox through the daemon's gateway: a signed URL path,
+    /// the host name for host-based routing, and the sandbox's access token.
+    Url {
+        id: String,
+        port: u16,
+        /// Seconds the signed URL works.
+        #[arg(long, default_value_t = 3600)]
+        expires_in: u64,
+    },
     /// Set a sandbox's idle timeout, counted from now (0 = never).
     Timeout {
         id: String,
@@ -60,6 +93,23 @@ pub enum Command {
         /// What the timeout does.
         #[arg(long, value_parser = ["terminate", "suspend"])]
         on_timeout: Option<String>,
+    },
+    /// Show or replace a running sandbox's egress lists, live (no restart).
+    Network {
+        id: String,
+        /// Replace the allow list with these (repeatable; IPv4 address, CIDR, hostname
+        /// or *.wildcard).
+        #[arg(long = "allow-out", value_name = "DEST")]
+        allow_out: Vec<String>,
+        /// Replace the deny list with these (repeatable).
+        #[arg(long = "deny-out", value_name = "DEST")]
+        deny_out: Vec<String>,
+        /// Empty the allow list.
+        #[arg(long, conflicts_with = "allow_out")]
+        clear_allow: bool,
+        /// Empty the deny list.
+        #[arg(long, conflicts_with = "deny_out")]
+        clear_deny: bool,
     },
     /// Set (K=V) and remove (--rm K) labels of a sandbox in one step.
     Label {
@@ -174,6 +224,13 @@ pub struct SandboxOpts {
     /// Network access: loopback only, or egress to the internet.
     #[arg(long, value_parser = ["none", "internet"])]
     pub network: Option<String>,
+    /// Allow only these destinations: IPv4 address, CIDR, hostname or *.wildcard
+    /// (repeatable; implies --network internet).
+    #[arg(long = "allow-out", value_name = "DEST")]
+    pub allow_out: Vec<String>,
+    /// Deny this destination (same forms; repeatable; implies --network internet).
+    #[arg(long = "deny-out", value_name = "DEST")]
+    pub deny_out: Vec<String>,
     /// Mount named volume NAME at PATH, read-only with `:ro` (repeatable).
     #[arg(long = "volume", short = 'v', value_name = "NAME:PATH[:ro]")]
     pub volumes: Vec<String>,

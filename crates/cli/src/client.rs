@@ -19,6 +19,10 @@ pub const DEFAULT_SOCKET: &str = "/var/lib/sandfork/sandfork.sock";
 /// A request body.
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
+/// A byte stream both ways (a Unix or TCP connection to the daemon).
+pub trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
+
 /// Where the daemon listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -80,16 +84,8 @@ impl Client {
         Ok(Client::new(target, token.filter(|t| !t.is_empty())))
     }
 
-    async fn connect(&self) -> Result<hyper::client::conn::http1::SendRequest<Body>> {
-        macro_rules! handshake {
-            ($stream:expr) => {{
-                let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new($stream))
-                    .await
-                    .context("HTTP handshake with the daemon failed")?;
-                tokio::spawn(conn);
-                send
-            }};
-        }
+    /// A new connection to the daemon.
+    pub async fn stream(&self) -> Result<Box<dyn Duplex>> {
         Ok(match &self.target {
             Target::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p).await.with_context(|| {
@@ -98,15 +94,37 @@ impl Client {
                         p.display()
                     )
                 })?;
-                handshake!(s)
+                Box::new(s)
             }
             Target::Tcp(h) => {
                 let s = tokio::net::TcpStream::connect(h)
                     .await
                     .with_context(|| format!("cannot reach the daemon at {h}"))?;
-                handshake!(s)
+                Box::new(s)
             }
         })
+    }
+
+    async fn connect(&self) -> Result<hyper::client::conn::http1::SendRequest<Body>> {
+        let stream = self.stream().await?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .context("HTTP handshake with the daemon failed")?;
+        tokio::spawn(conn);
+        Ok(send)
+    }
+
+    /// The `Host` header requests carry.
+    pub fn host(&self) -> &str {
+        match &self.target {
+            Target::Tcp(h) => h.as_str(),
+            Target::Unix(_) => "localhost",
+        }
+    }
+
+    /// The bearer token, when the daemon needs one.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// Sends a request and returns the response whatever its status.
@@ -118,14 +136,10 @@ impl Client {
         body: Body,
     ) -> Result<Response<Incoming>> {
         let mut send = self.connect().await?;
-        let host = match &self.target {
-            Target::Tcp(h) => h.as_str(),
-            Target::Unix(_) => "localhost",
-        };
         let mut req = Request::builder()
             .method(method)
             .uri(path)
-            .header("host", host);
+            .header("host", self.host());
         if !ctype.is_empty() {
             req = req.header("content-type", ctype);
         }

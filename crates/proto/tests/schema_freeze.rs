@@ -94,6 +94,10 @@ fn request_name(r: &Request) -> &'static str {
         Request::Restart { .. } => "Request::Restart",
         Request::Stop { .. } => "Request::Stop",
         Request::WatchDir { .. } => "Request::WatchDir",
+        Request::SpawnPty { .. } => "Request::SpawnPty",
+        Request::PtyConnect { .. } => "Request::PtyConnect",
+        Request::ResizePty { .. } => "Request::ResizePty",
+        Request::Logs { .. } => "Request::Logs",
     }
 }
 
@@ -115,6 +119,8 @@ fn message_name(m: &Message) -> &'static str {
         Message::DirEntries(_) => "DirEntries",
         Message::Stat(_) => "Stat",
         Message::FsEvents(_) => "FsEvents",
+        Message::PtyResize(_) => "PtyResize",
+        Message::LogLines(_) => "LogLines",
     }
 }
 
@@ -182,6 +188,22 @@ fn requests() -> Vec<Request> {
         Request::WatchDir {
             path: path(),
             recursive: true,
+        },
+        Request::SpawnPty {
+            spawn: SpawnRequest::from(exec_request()),
+            size: PtySize { cols: 80, rows: 24 },
+        },
+        Request::PtyConnect { id: 7, offset: 300 },
+        Request::ResizePty {
+            id: 7,
+            size: PtySize {
+                cols: 120,
+                rows: 40,
+            },
+        },
+        Request::Logs {
+            since: 5,
+            follow: true,
         },
     ]
 }
@@ -258,6 +280,17 @@ fn samples() -> Vec<Message> {
             old_path: Some("/a/b".into()),
             is_dir: false,
         }]),
+        Message::PtyResize(PtySize {
+            cols: 100,
+            rows: 30,
+        }),
+        Message::LogLines(vec![LogLine {
+            seq: 7,
+            unix_ms: 1_700_000_000_000,
+            process: 2,
+            stream: OutputStream::Stderr,
+            text: b"oops".to_vec(),
+        }]),
     ]);
     out
 }
@@ -309,8 +342,8 @@ fn every_variant_has_a_sample() {
     assert_eq!(names.len(), samples().len(), "one sample per variant");
     assert_eq!(
         names.len(),
-        16 + 19 - 1,
-        "15 non-request variants + 19 requests"
+        18 + 23 - 1,
+        "17 non-request variants + 23 requests"
     );
 }
 

@@ -320,6 +320,7 @@ async fn main() -> Result<()> {
     let internet = runtime::NetworkMode::Internet {
         allow_out: vec![],
         deny_out: vec![],
+        by_name: None,
     };
     let (mut ours, mut base) =
         create_first_exec(&rt, &busybox, &internet, a.runs, &mut bare).await?;

@@ -62,6 +62,7 @@ impl Inner {
             dir: paths.dir.clone(),
             socket_dir: paths.run(),
             address: record.net.as_ref().map(|n| n.sandbox_addr),
+            net: record.net.clone(),
             init_pid: crate::liveness::init_pid(&self.layout, &record.names.container),
         }
     }
@@ -120,6 +121,7 @@ impl Inner {
         id: &str,
         allow_out: Vec<crate::Cidr>,
         deny_out: Vec<crate::Cidr>,
+        by_name: Option<crate::spec::ByName>,
     ) -> Result<()> {
         let ctx = self.ctx();
         let mut record = lifecycle::load(&ctx, id)?;
@@ -135,12 +137,14 @@ impl Inner {
             allow: &allow_out,
             deny: &deny_out,
             host: &host,
+            by_name,
         };
         self.host
             .nft_apply(&crate::net::sandbox_rules_replace(alloc, &egress))?;
         record.spec.network = crate::NetworkMode::Internet {
             allow_out,
             deny_out,
+            by_name,
         };
         record.save(&self.layout.sandbox(id).record())
     }
@@ -295,6 +299,17 @@ impl ContainerRuntime {
         self.blocking(move |i| i.inspect(&id)).await
     }
 
+    /// How many processes the OOM killer has killed in the sandbox: a few cgroup file
+    /// reads, no runc call (the daemon's liveness watch asks every second).
+    pub async fn oom_kills(&self, id: &str) -> Result<u64> {
+        let id = id.to_string();
+        self.blocking(move |i| {
+            let record = lifecycle::load(&i.ctx(), &id)?;
+            Ok(i.host.cgroup_usage(&record.names.cgroup)?.oom_kills)
+        })
+        .await
+    }
+
     /// The sandbox's CPU, memory, pids, root disk and network use, read now.
     pub async fn stats(&self, id: &str) -> Result<crate::Stats> {
         let info = self.inspect(id).await?;
@@ -339,10 +354,26 @@ impl ContainerRuntime {
         id: &str,
         allow_out: Vec<crate::Cidr>,
         deny_out: Vec<crate::Cidr>,
+        by_name: Option<crate::spec::ByName>,
     ) -> Result<()> {
         let id = id.to_string();
-        self.blocking(move |i| i.set_egress(&id, allow_out, deny_out))
+        self.blocking(move |i| i.set_egress(&id, allow_out, deny_out, by_name))
             .await
+    }
+
+    /// Adds addresses the resolver of the sandbox on `alloc` learned from its answers
+    /// (seconds each stays); blocking: call it off the async threads.
+    pub fn learn_addresses(
+        &self,
+        alloc: &crate::net::NetAlloc,
+        allowed: &[(std::net::Ipv4Addr, u32)],
+        denied: &[(std::net::Ipv4Addr, u32)],
+    ) -> Result<()> {
+        let script = crate::net::learned_script(alloc, allowed, denied);
+        if script.is_empty() {
+            return Ok(());
+        }
+        self.inner.host.nft_apply(&script)
     }
 
     /// Whether the agent and the disk server of a sandbox whose container should be

@@ -85,8 +85,13 @@ pub trait Host: CheckpointHost + Send + Sync {
 
     /// Writes the bundle: config.json (root's alone: its environment holds the sandbox's
     /// secrets), CRIU's options file and, for a sandbox with a network (`resolv_conf`),
-    /// its resolv.conf of the host's usable nameservers.
-    fn write_bundle(&self, paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()>;
+    /// its resolv.conf naming its nameserver.
+    fn write_bundle(
+        &self,
+        paths: &SandboxPaths,
+        config: &[u8],
+        resolv_conf: Option<crate::net::Nameserver>,
+    ) -> Result<()>;
     /// RLIMIT_NOFILE for sandboxes: the host's hard limit, never more (raising it needs
     /// CAP_SYS_RESOURCE).
     fn nofile_limit(&self) -> u64;

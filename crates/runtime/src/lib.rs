@@ -32,7 +32,7 @@ pub use container::{ContainerRuntime, RuntimeConfig};
 pub use error::{Error, Result};
 pub use host::Usage;
 pub use liveness::Liveness;
-pub use spec::{Cidr, ImageRef, NetworkMode, Resources, SandboxSpec};
+pub use spec::{ByName, Cidr, ImageRef, NetworkMode, Resources, SandboxSpec};
 
 /// A created sandbox and how to reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub struct SandboxHandle {
     pub socket_dir: PathBuf,
     /// The sandbox's address, with `internet`.
     pub address: Option<std::net::Ipv4Addr>,
+    /// Its link to the host, with `internet` (addresses, interface, nftables names).
+    pub net: Option<net::NetAlloc>,
     /// Host pid of the container's init, the agent: only a socket it listens on is
     /// talked to (a sandbox can replace `agent.sock` in its writable socket directory).
     pub init_pid: Option<u32>,

@@ -151,6 +151,7 @@ fn build_net(
     if let NetworkMode::Internet {
         allow_out,
         deny_out,
+        by_name,
     } = &record.spec.network
     {
         done.push(Step::Lease);
@@ -166,6 +167,7 @@ fn build_net(
             allow: allow_out,
             deny: deny_out,
             host: &host,
+            by_name: *by_name,
         };
         ctx.host
             .nft_apply(&net::sandbox_rules_script(&alloc, &egress))?;
@@ -193,8 +195,14 @@ fn start(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, done: &mut Vec<St
         nofile: ctx.host.nofile_limit(),
     };
     let config = oci::config(&record.spec, &host_paths)?;
+    let nameserver = record.net.as_ref().map(|alloc| match &record.spec.network {
+        NetworkMode::Internet {
+            by_name: Some(_), ..
+        } => net::Nameserver::Resolver(alloc.host_addr),
+        _ => net::Nameserver::Host,
+    });
     ctx.host
-        .write_bundle(paths, &oci::to_json(&config), resolv.is_some())?;
+        .write_bundle(paths, &oci::to_json(&config), nameserver)?;
     steps::done("bundle written", t);
     done.push(Step::Container);
     let t = std::time::Instant::now();

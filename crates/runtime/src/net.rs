@@ -10,6 +10,13 @@
 //! allow list, and then denies what no sandbox reaches unless a rule names it
 //! ([`GUARDED`]: private and link-local ranges — the cloud metadata address among them —
 //! loopback, multicast, and the host's own networks).
+//!
+//! A sandbox whose lists name hosts ([`ByName`]) has its DNS redirected to the daemon's
+//! resolver on the host end of its link (`dns_redirect`, `dns_in`), and two address sets
+//! of its own: addresses of allowed names, filled by that resolver as it answers and
+//! accepted after the allow list, and addresses of denied names, dropped before anything
+//! else. An address no answer put there is not in the allowed set, so a name rule cannot
+//! be bypassed by connecting to an address directly.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -40,6 +47,32 @@ pub fn counters(pid: u32) -> crate::NetCounters {
         sum.tx_packets += dev.sent_packets;
     }
     sum
+}
+
+/// Connects to TCP `port` on the loopback of the network namespace process `pid` is in
+/// (`127.0.0.1`, then `::1`). The socket stays in that namespace; the connect runs on a
+/// thread of its own that enters the namespace and ends, so no other thread moves.
+pub fn connect_in_netns(
+    pid: u32,
+    port: u16,
+    timeout: std::time::Duration,
+) -> std::io::Result<std::net::TcpStream> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;
+            let v4 = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            match std::net::TcpStream::connect_timeout(&v4, timeout) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+                    std::net::TcpStream::connect_timeout(&v6, timeout).map_err(|_| e)
+                }
+                r => r,
+            }
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("connect thread panicked")))
+    })
 }
 
 /// The pin of network namespace `name`.
@@ -104,6 +137,16 @@ impl NetAlloc {
     /// Name of this sandbox's egress chain.
     pub fn chain(&self) -> String {
         format!("sb_{}", self.host_if)
+    }
+
+    /// Its set of addresses learned from allowed names.
+    pub fn allowed_set(&self) -> String {
+        format!("n4_{}", self.host_if)
+    }
+
+    /// Its set of addresses learned from denied names.
+    pub fn denied_set(&self) -> String {
+        format!("d4_{}", self.host_if)
     }
 }
 
@@ -180,7 +223,7 @@ pub fn base_table_script(host_forwards: bool) -> String {
         r#"table inet {NFT_TABLE} {{
     set masq {{ type ipv4_addr; }}
     map egress {{ type ifname : verdict; }}
-    chain forward {{
+{DNS_OBJECTS}    chain forward {{
         type filter hook forward priority -1; policy {others};
         oifname "sfh*" ct state established,related accept
         oifname "sfh*" drop
@@ -190,6 +233,7 @@ pub fn base_table_script(host_forwards: bool) -> String {
     chain input {{
         type filter hook input priority -1; policy accept;
         iifname "sfh*" ct state established,related accept
+        {DNS_INPUT}
         iifname "sfh*" drop
     }}
     chain postrouting {{
@@ -199,6 +243,27 @@ pub fn base_table_script(host_forwards: bool) -> String {
 }}
 "#
     )
+}
+
+/// Sets and chain of the DNS redirect (part of the base table).
+const DNS_OBJECTS: &str = r#"    map dns_redirect { type ifname : ipv4_addr; }
+    set dns_in { type ifname . ipv4_addr; }
+    chain prerouting {
+        type nat hook prerouting priority -100; policy accept;
+        iifname "sfh*" meta l4proto { tcp, udp } th dport 53 dnat ip to iifname map @dns_redirect
+    }
+"#;
+
+/// The input rule letting a sandbox's redirected DNS reach its resolver, and nothing else
+/// on the host.
+const DNS_INPUT: &str =
+    r#"iifname "sfh*" meta l4proto { tcp, udp } th dport 53 iifname . ip daddr @dns_in accept"#;
+
+/// Brings a table made by an earlier version (without the DNS redirect) up to date; for
+/// when the table exists but `dns_redirect` does not.
+pub fn base_table_upgrade_script() -> String {
+    let t = format!("table inet {NFT_TABLE}");
+    format!("{t} {{\n{DNS_OBJECTS}}}\ninsert rule inet {NFT_TABLE} input {DNS_INPUT}\n")
 }
 
 /// Destinations no sandbox reaches unless an allow rule names them (RFC 6890 special
@@ -278,8 +343,10 @@ fn connected_networks(routes: &str) -> Vec<Cidr> {
 /// Adds one sandbox's egress chain, map entry and masquerade address (one transaction).
 pub fn sandbox_rules_script(alloc: &NetAlloc, egress: &Egress<'_>) -> String {
     let t = format!("inet {NFT_TABLE}");
-    let mut s = format!("add chain {t} {}\n", alloc.chain());
+    let mut s = learned_sets(alloc);
+    s += &format!("add chain {t} {}\n", alloc.chain());
     s += &egress_rules(alloc, egress);
+    s += &dns_redirect(alloc, egress.by_name.is_some());
     s += &format!(
         "add element {t} egress {{ \"{}\" : jump {} }}\n",
         alloc.host_if,
@@ -291,8 +358,74 @@ pub fn sandbox_rules_script(alloc: &NetAlloc, egress: &Egress<'_>) -> String {
 
 /// Replaces a running sandbox's egress rules in one transaction: its chain is emptied and
 /// refilled, so no packet ever meets half a rule set.
+/// Addresses learned under the old lists go with them (a connection to one is cut until
+/// the name is resolved again under the new lists).
 pub fn sandbox_rules_replace(alloc: &NetAlloc, egress: &Egress<'_>) -> String {
-    format!("flush chain inet {NFT_TABLE} {}\n", alloc.chain()) + &egress_rules(alloc, egress)
+    let t = format!("inet {NFT_TABLE}");
+    let mut s = learned_sets(alloc);
+    s += &format!("flush chain {t} {}\n", alloc.chain());
+    s += &format!("flush set {t} {}\n", alloc.allowed_set());
+    s += &format!("flush set {t} {}\n", alloc.denied_set());
+    s += &egress_rules(alloc, egress);
+    s + &dns_redirect(alloc, egress.by_name.is_some())
+}
+
+/// How long an address learned from an allowed name stays after the last packet to it
+/// (refreshed by traffic, so a live connection never loses it).
+pub const LEARNED_IDLE: &str = "10m";
+
+/// The two learned-address sets of a sandbox (adding an existing set is a no-op).
+fn learned_sets(alloc: &NetAlloc) -> String {
+    let t = format!("inet {NFT_TABLE}");
+    format!(
+        "add set {t} {} {{ type ipv4_addr; flags dynamic,timeout; timeout {LEARNED_IDLE}; }}\n\
+         add set {t} {} {{ type ipv4_addr; flags timeout; }}\n",
+        alloc.allowed_set(),
+        alloc.denied_set()
+    )
+}
+
+/// Turns the redirect of a sandbox's DNS to its resolver on or off. Off is an add then a
+/// delete, so that the transaction holds whether or not the element was there.
+fn dns_redirect(alloc: &NetAlloc, on: bool) -> String {
+    let t = format!("inet {NFT_TABLE}");
+    let (i, a) = (&alloc.host_if, alloc.host_addr);
+    let mut s = format!(
+        "add element {t} dns_redirect {{ \"{i}\" : {a} }}\n\
+         add element {t} dns_in {{ \"{i}\" . {a} }}\n"
+    );
+    if !on {
+        s += &format!(
+            "delete element {t} dns_redirect {{ \"{i}\" }}\n\
+             delete element {t} dns_in {{ \"{i}\" . {a} }}\n"
+        );
+    }
+    s
+}
+
+/// Adds addresses a sandbox's resolver learned, each for its time in seconds; an address
+/// already there starts its time again.
+pub fn learned_script(
+    alloc: &NetAlloc,
+    allowed: &[(Ipv4Addr, u32)],
+    denied: &[(Ipv4Addr, u32)],
+) -> String {
+    let t = format!("inet {NFT_TABLE}");
+    let mut s = String::new();
+    for (set, list) in [(alloc.allowed_set(), allowed), (alloc.denied_set(), denied)] {
+        if list.is_empty() {
+            continue;
+        }
+        let plain: Vec<String> = list.iter().map(|(a, _)| a.to_string()).collect();
+        let timed: Vec<String> = list
+            .iter()
+            .map(|(a, s)| format!("{a} timeout {s}s"))
+            .collect();
+        s += &format!("add element {t} {set} {{ {} }}\n", plain.join(", "));
+        s += &format!("delete element {t} {set} {{ {} }}\n", plain.join(", "));
+        s += &format!("add element {t} {set} {{ {} }}\n", timed.join(", "));
+    }
+    s
 }
 
 /// One sandbox's egress policy: the user's lists and what the host adds.
@@ -301,22 +434,27 @@ pub struct Egress<'a> {
     pub allow: &'a [Cidr],
     pub deny: &'a [Cidr],
     pub host: &'a HostNet,
+    pub by_name: Option<crate::spec::ByName>,
 }
 
 /// The rules of one sandbox's egress chain, in order: its own source address only, IPv4
-/// only, the deny list (so denying 0.0.0.0/0 denies DNS too), DNS to its resolvers, the
-/// allow list, the guarded ranges, then everything else (or nothing else, with an allow
-/// list).
+/// only, addresses of denied names, the deny list (so denying 0.0.0.0/0 denies DNS too),
+/// DNS to its resolvers (unless its DNS goes to the daemon's resolver), the allow list,
+/// addresses of allowed names, the guarded ranges, then everything else (or nothing
+/// else, with an allow list).
 fn egress_rules(alloc: &NetAlloc, e: &Egress<'_>) -> String {
     let t = format!("inet {NFT_TABLE}");
     let chain = alloc.chain();
     let rule = |body: String| format!("add rule {t} {chain} {body}\n");
     let mut s = rule(format!("ip saddr != {} drop", alloc.sandbox_addr));
     s += &rule("meta nfproto != ipv4 drop".into());
+    if e.by_name.is_some() {
+        s += &rule(format!("ip daddr @{} drop", alloc.denied_set()));
+    }
     if !e.deny.is_empty() {
         s += &rule(format!("ip daddr {{ {} }} drop", cidr_list(e.deny)));
     }
-    if !e.host.resolvers.is_empty() {
+    if e.by_name.is_none() && !e.host.resolvers.is_empty() {
         let dns = e
             .host
             .resolvers
@@ -333,11 +471,18 @@ fn egress_rules(alloc: &NetAlloc, e: &Egress<'_>) -> String {
     if !e.allow.is_empty() {
         s += &rule(format!("ip daddr {{ {} }} accept", cidr_list(e.allow)));
     }
+    if e.by_name.is_some() {
+        let set = alloc.allowed_set();
+        s += &rule(format!(
+            "ip daddr @{set} update @{set} {{ ip daddr }} accept"
+        ));
+    }
     s += &rule(format!(
         "ip daddr {{ {} }} drop",
         cidr_list(&e.host.guarded())
     ));
-    s += &rule(if e.allow.is_empty() { "accept" } else { "drop" }.into());
+    let allow_list = !e.allow.is_empty() || e.by_name.is_some_and(|b| b.allow_list);
+    s += &rule(if allow_list { "drop" } else { "accept" }.into());
     s
 }
 
@@ -351,7 +496,43 @@ pub fn sandbox_rules_removal(alloc: &NetAlloc) -> Vec<String> {
         format!("delete element {t} masq {{ {} }}", alloc.sandbox_addr),
         format!("flush chain {t} {chain}"),
         format!("delete chain {t} {chain}"),
+        format!("delete set {t} {}", alloc.allowed_set()),
+        format!("delete set {t} {}", alloc.denied_set()),
+        format!(
+            "delete element {t} dns_redirect {{ \"{}\" }}",
+            alloc.host_if
+        ),
+        format!(
+            "delete element {t} dns_in {{ \"{}\" . {} }}",
+            alloc.host_if, alloc.host_addr
+        ),
     ]
+}
+
+/// The nameserver a sandbox with `internet` is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nameserver {
+    /// The host's own (those it can reach: see [`resolv_conf`]).
+    Host,
+    /// The daemon's resolver for this sandbox, at the host end of its link.
+    Resolver(Ipv4Addr),
+}
+
+impl Nameserver {
+    /// The sandbox's resolv.conf, from the host's.
+    pub fn resolv_conf(self, host: &str) -> String {
+        match self {
+            Nameserver::Host => resolv_conf(host),
+            Nameserver::Resolver(addr) => {
+                let rest: String = resolv_conf(host)
+                    .lines()
+                    .filter(|l| !l.starts_with("nameserver"))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                format!("nameserver {addr}\n{rest}")
+            }
+        }
+    }
 }
 
 /// The resolver configuration of a sandbox with `internet`: the host's, less nameservers
@@ -432,6 +613,16 @@ mod tests {
     }
 
     #[test]
+    fn a_sandbox_with_a_resolver_is_told_only_of_it() {
+        let host = "nameserver 10.1.2.3\nsearch example.org\n";
+        assert_eq!(
+            Nameserver::Resolver(Ipv4Addr::new(198, 18, 0, 1)).resolv_conf(host),
+            "nameserver 198.18.0.1\nsearch example.org\n"
+        );
+        assert_eq!(Nameserver::Host.resolv_conf(host), resolv_conf(host));
+    }
+
+    #[test]
     fn addresses_follow_index() {
         let dir = tempfile::tempdir().unwrap();
         let a = NetAlloc::new(&config(dir.path()), 1);
@@ -464,6 +655,7 @@ mod tests {
             allow: &allow,
             deny: &deny,
             host: &host,
+            by_name: None,
         };
         let s = sandbox_rules_script(&a, &e);
         let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle} in {s}"));
@@ -492,6 +684,7 @@ mod tests {
                 allow: &[],
                 deny: &[],
                 host: &host,
+                by_name: None,
             },
         );
         assert!(
@@ -500,10 +693,93 @@ mod tests {
         );
         let replaced = sandbox_rules_replace(&a, &e);
         assert!(
-            replaced.starts_with("flush chain inet sandfork sb_sfh0\n"),
+            replaced.contains("flush chain inet sandfork sb_sfh0\n"),
             "{replaced}"
         );
-        assert!(!replaced.contains("add element"));
+        assert!(!replaced.contains("add element inet sandfork egress"));
+        assert!(
+            !replaced.contains("@n4_sfh0"),
+            "no names, no learned set: {replaced}"
+        );
+        assert!(
+            replaced
+                .trim_end()
+                .ends_with("dns_in { \"sfh0\" . 10.99.0.1 }")
+                && replaced.contains("delete element inet sandfork dns_redirect"),
+            "the redirect is turned off: {replaced}"
+        );
+    }
+
+    #[test]
+    fn names_redirect_dns_and_bracket_the_lists_with_learned_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = NetAlloc::new(&config(dir.path()), 0);
+        let host = host();
+        let deny = ["10.1.0.0/16".parse().unwrap()];
+        let e = Egress {
+            allow: &[],
+            deny: &deny,
+            host: &host,
+            by_name: Some(crate::spec::ByName { allow_list: true }),
+        };
+        let s = sandbox_rules_script(&a, &e);
+        let at = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle} in {s}"));
+        let sets = at("add set inet sandfork n4_sfh0 { type ipv4_addr; flags dynamic,timeout;");
+        let denied = at("ip daddr @d4_sfh0 drop");
+        let deny_list = at("10.1.0.0/16 } drop");
+        let allowed = at("ip daddr @n4_sfh0 update @n4_sfh0 { ip daddr } accept");
+        let guard = at("169.254.0.0/16");
+        assert!(sets < denied && denied < deny_list && deny_list < allowed && allowed < guard);
+        assert!(
+            !s.contains("dport 53 accept"),
+            "DNS goes to the resolver only: {s}"
+        );
+        assert!(
+            s.contains(" drop\nadd element inet sandfork dns_redirect { \"sfh0\" : 10.99.0.1 }")
+        );
+        assert!(!s.contains("delete element"));
+        let deny_only = Egress {
+            by_name: Some(crate::spec::ByName { allow_list: false }),
+            ..e
+        };
+        assert!(sandbox_rules_script(&a, &deny_only).contains(" accept\nadd element"));
+
+        let learned = learned_script(
+            &a,
+            &[
+                (Ipv4Addr::new(203, 0, 113, 5), 60),
+                (Ipv4Addr::new(203, 0, 113, 6), 300),
+            ],
+            &[],
+        );
+        assert_eq!(
+            learned,
+            "add element inet sandfork n4_sfh0 { 203.0.113.5, 203.0.113.6 }\n\
+             delete element inet sandfork n4_sfh0 { 203.0.113.5, 203.0.113.6 }\n\
+             add element inet sandfork n4_sfh0 { 203.0.113.5 timeout 60s, 203.0.113.6 timeout 300s }\n"
+        );
+        let removal = sandbox_rules_removal(&a);
+        let chain = removal
+            .iter()
+            .position(|c| c.starts_with("delete chain"))
+            .unwrap();
+        let set = removal
+            .iter()
+            .position(|c| c.starts_with("delete set"))
+            .unwrap();
+        assert!(chain < set, "the chain refers to the sets: {removal:?}");
+    }
+
+    #[test]
+    fn an_older_table_gains_the_dns_redirect() {
+        let up = base_table_upgrade_script();
+        assert!(up.contains("map dns_redirect"));
+        assert!(up.contains("insert rule inet sandfork input iifname \"sfh*\""));
+        let base = base_table_script(false);
+        let input = &base[base.find("chain input").unwrap()..];
+        assert!(
+            input.find("@dns_in accept").unwrap() < input.find("iifname \"sfh*\" drop").unwrap()
+        );
     }
 
     #[test]

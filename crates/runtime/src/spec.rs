@@ -119,7 +119,19 @@ pub enum NetworkMode {
         allow_out: Vec<Cidr>,
         #[serde(default)]
         deny_out: Vec<Cidr>,
+        /// The lists also name hosts (kept by the daemon): DNS goes to its resolver.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by_name: Option<ByName>,
     },
+}
+
+/// A sandbox whose egress lists name hosts: its DNS is redirected to the daemon's
+/// resolver, which fills the sandbox's sets of allowed and denied addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByName {
+    /// Some allow entry is a name: the chain ends in drop even with no allowed CIDR.
+    pub allow_list: bool,
 }
 
 /// Resource limits of one sandbox.
@@ -305,7 +317,8 @@ mod tests {
             n,
             NetworkMode::Internet {
                 allow_out: vec![],
-                deny_out: vec!["10.0.0.0/8".parse().unwrap()]
+                deny_out: vec!["10.0.0.0/8".parse().unwrap()],
+                by_name: None,
             }
         );
     }

@@ -165,6 +165,7 @@ fn internet(allow_out: Vec<Cidr>, deny_out: Vec<Cidr>) -> NetworkMode {
     NetworkMode::Internet {
         allow_out,
         deny_out,
+        by_name: None,
     }
 }
 
@@ -239,6 +240,7 @@ async fn deny_out_wins_and_allow_out_restricts() {
     spec.network = NetworkMode::Internet {
         allow_out: vec![me],
         deny_out: vec![me],
+        by_name: None,
     };
     let denied = env.runtime.create(spec).await.unwrap();
     let (_, out, _) = sh(&denied.agent(), &wget(net.addr)).await;
@@ -248,6 +250,7 @@ async fn deny_out_wins_and_allow_out_restricts() {
     spec.network = NetworkMode::Internet {
         allow_out: vec![other],
         deny_out: vec![],
+        by_name: None,
     };
     let restricted = env.runtime.create(spec).await.unwrap();
     let (_, out, _) = sh(&restricted.agent(), &wget(net.addr)).await;
@@ -260,6 +263,7 @@ async fn sandboxes_cannot_reach_each_other() {
     let internet = NetworkMode::Internet {
         allow_out: vec![],
         deny_out: vec![],
+        by_name: None,
     };
     let mut a = env.spec("peer-a");
     a.network = internet.clone();
@@ -306,6 +310,7 @@ async fn destroy_leaves_nothing_behind() {
     spec.network = NetworkMode::Internet {
         allow_out: vec![],
         deny_out: vec!["10.0.0.0/8".parse().unwrap()],
+        by_name: None,
     };
     let id = spec.id.clone();
     let sb = env.runtime.create(spec).await.unwrap();

@@ -150,6 +150,104 @@ fn verbs_work_end_to_end() {
         .filter_map(|l| l.split_whitespace().nth(2))
         .collect();
     assert_eq!(kinds, ["created", "started"], "{feed}");
+    // A terminal session from piped input: the program's output, then its exit code (the
+    // local end of input reaches it as ^D after the typed lines).
+    let mut shell = d.cli_cmd(&["shell", "cli-box", "--", "sh"]);
+    shell
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = shell.spawn().unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        b"stty size; echo tty-$((6*7))\nexit 5\n",
+    )
+    .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    assert!(text.contains("24 80") && text.contains("tty-42"), "{text}");
+    let url = d.json(&["url", "cli-box", "8080", "--expires-in", "60"]);
+    assert_eq!(
+        url["path"].as_str(),
+        Some(format!("/v1/sandboxes/{id}/ports/8080/").as_str()),
+        "{url}"
+    );
+    // Egress lists: set at create (implying internet), shown, replaced live, refused with
+    // the reason.
+    let net_id = d
+        .ok(&[
+            "create",
+            "--memory-mb",
+            "64",
+            "--allow-out",
+            "api.example.test",
+            "--deny-out",
+            "*.bad.example.test",
+        ])
+        .trim()
+        .to_string();
+    let net = d.json(&["network", &net_id]);
+    assert_eq!(
+        (
+            net["mode"].as_str(),
+            net["allow_out"][0].as_str(),
+            net["deny_out"][0].as_str()
+        ),
+        (
+            Some("internet"),
+            Some("api.example.test"),
+            Some("*.bad.example.test")
+        ),
+        "{net}"
+    );
+    assert_eq!(
+        d.ok(&[
+            "network",
+            &net_id,
+            "--allow-out",
+            "198.51.100.0/24",
+            "--allow-out",
+            "*.example.test",
+            "--clear-deny"
+        ]),
+        "mode      internet\nallow_out 198.51.100.0/24 *.example.test\ndeny_out  -\n"
+    );
+    let refused = d.cli(&["network", &net_id, "--allow-out", "a.*.example.test"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("first label"),
+        "{err}"
+    );
+    assert_eq!(
+        d.json(&["network", &net_id])["allow_out"][1].as_str(),
+        Some("*.example.test")
+    );
+    d.ok(&["rm", &net_id]);
+    assert!(d
+        .ok(&["url", "cli-box", "8080"])
+        .contains("sandfork_signature="));
+    // Terminal sessions are not in the sandbox log (it is empty here); lines are checked
+    // by the SDK's tests.
+    assert_eq!(d.ok(&["logs", "cli-box", "--tail", "5"]), "");
+    // `watch` prints changes as they happen, one line each, until stopped.
+    d.sh(&id, "mkdir -p /tmp/w");
+    let mut watch = d.cli_cmd(&["watch", "cli-box", "/tmp/w"]);
+    let mut child = watch.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let first = std::thread::spawn(move || lines.next().map(|l| l.unwrap()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !first.is_finished() && std::time::Instant::now() < deadline {
+        d.sh(&id, "echo x > /tmp/w/f-$RANDOM$RANDOM");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = first.join().unwrap().unwrap_or_default();
+    assert!(
+        line.starts_with("create") && line.contains("/tmp/w/f-"),
+        "{line}"
+    );
     let all = d.json(&["stats"]);
     assert_eq!(all["stats"].as_array().map(Vec::len), Some(2), "{all}");
     assert!(d.json(&["inspect", "cli-box"])["expires_at"].is_null());

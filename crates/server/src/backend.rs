@@ -57,6 +57,9 @@ pub enum BackendError {
     /// failed verification.
     #[error("{0}")]
     Registry(String),
+    /// Nothing answered on a sandbox's port.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Result of backend calls.
@@ -143,6 +146,20 @@ pub enum ExecEvent {
     Exit(ExitInfo),
 }
 
+/// What a terminal client sends: typed input or a new size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PtyInput {
+    Data(Bytes),
+    Resize(proto::agent::PtySize),
+}
+
+/// An attached terminal session: its output (ends with [`ExecEvent::Exit`], or without it
+/// when the session was interrupted) and where its input goes. Dropping both detaches.
+pub struct PtyChannel {
+    pub output: Stream<ExecEvent>,
+    pub input: mpsc::Sender<PtyInput>,
+}
+
 /// An image build request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageBuild {
@@ -212,21 +229,7 @@ pub struct HostDisk {
     pub free_mb: u64,
 }
 
-/// A running sandbox's resource use, read now (counters run from its boot or restore).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ResourceUse {
-    pub cpu_seconds: f64,
-    pub memory_bytes: u64,
-    pub memory_limit_bytes: u64,
-    pub pids: u64,
-    pub oom_kills: u64,
-    pub disk_used_bytes: u64,
-    pub disk_total_bytes: u64,
-    pub net_rx_bytes: u64,
-    pub net_tx_bytes: u64,
-    pub net_rx_packets: u64,
-    pub net_tx_packets: u64,
-}
+pub use api_types::ResourceUse;
 
 /// The runtime side of the daemon.
 #[async_trait]
@@ -282,10 +285,67 @@ pub trait Backend: Send + Sync + 'static {
         ))
     }
 
+    /// The sandbox log (what its background processes write) from line `since`; with
+    /// `follow`, new lines as they come until the receiver is dropped.
+    async fn logs(
+        &self,
+        _id: &str,
+        _since: u64,
+        _follow: bool,
+    ) -> BackendResult<Stream<Vec<proto::agent::LogLine>>> {
+        Err(BackendError::Unsupported(
+            "This backend keeps no sandbox logs".into(),
+        ))
+    }
+
+    /// How many processes the OOM killer has killed in a running sandbox; cheap (the
+    /// liveness watch asks every second).
+    async fn oom_kills(&self, id: &str) -> BackendResult<u64> {
+        Ok(self.stats(id).await?.oom_kills)
+    }
+
     /// What a running sandbox uses now.
     async fn stats(&self, _id: &str) -> BackendResult<ResourceUse> {
         Err(BackendError::Unsupported(
             "This backend cannot report resource use".into(),
+        ))
+    }
+
+    /// A TCP connection to `port` on the sandbox's own loopback (from inside its network
+    /// namespace, so a server bound to 127.0.0.1 in the sandbox is reached too).
+    async fn connect_port(&self, _id: &str, _port: u16) -> BackendResult<tokio::net::TcpStream> {
+        Err(BackendError::Unsupported(
+            "This backend cannot reach sandbox ports".into(),
+        ))
+    }
+
+    /// Starts a background process on a new terminal.
+    async fn spawn_pty(
+        &self,
+        _id: &str,
+        _req: SpawnRequest,
+        _size: proto::agent::PtySize,
+    ) -> BackendResult<ProcessInfo> {
+        Err(BackendError::Unsupported(
+            "This backend has no terminal sessions".into(),
+        ))
+    }
+
+    /// Attaches to terminal process `pid` from output `offset`.
+    async fn pty_connect(&self, _id: &str, _pid: u64, _offset: u64) -> BackendResult<PtyChannel> {
+        Err(BackendError::Unsupported(
+            "This backend has no terminal sessions".into(),
+        ))
+    }
+
+    async fn resize_pty(
+        &self,
+        _id: &str,
+        _pid: u64,
+        _size: proto::agent::PtySize,
+    ) -> BackendResult<()> {
+        Err(BackendError::Unsupported(
+            "This backend has no terminal sessions".into(),
         ))
     }
 

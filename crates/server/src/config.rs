@@ -115,6 +115,19 @@ pub struct Config {
     /// Pulls that name no credentials use the Docker config file's
     /// (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`).
     pub registry_docker_config: bool,
+    /// Host-based port routing: `{port}-{sandbox id}.<gateway_domain>` reaches the
+    /// sandbox's port (point a wildcard DNS name at the daemon; `*.localhost` needs none).
+    pub gateway_domain: String,
+    /// Most gateway connections one sandbox's ports take at once; more are refused (503),
+    /// so one flooded sandbox cannot take every connection of the listener.
+    pub gateway_connections_per_sandbox: usize,
+    /// Resolvers that sandboxes' DNS is forwarded to when their egress lists name hosts
+    /// (`host:port`); empty = the host's `/etc/resolv.conf` nameservers, on port 53.
+    pub dns_upstreams: Vec<SocketAddr>,
+    /// Private ranges (CIDRs) a name allowed by an egress rule may resolve to. Answers in
+    /// any other private, link-local or host range are dropped: a public name pointed at
+    /// them is DNS rebinding. Loopback and link-local ranges cannot be listed.
+    pub dns_trusted_ranges: Vec<String>,
 }
 
 impl Default for Config {
@@ -153,6 +166,10 @@ impl Default for Config {
             registry_ca: Vec::new(),
             insecure_registries: Vec::new(),
             registry_docker_config: true,
+            gateway_domain: "localhost".into(),
+            gateway_connections_per_sandbox: 256,
+            dns_upstreams: Vec::new(),
+            dns_trusted_ranges: Vec::new(),
         }
     }
 }
@@ -225,7 +242,37 @@ impl Config {
                 "max_sandboxes must be at least 1".into(),
             ));
         }
+        self.dns_trusted()?;
         Ok(())
+    }
+
+    /// `dns_trusted_ranges`, parsed; loopback and link-local (the metadata service) are
+    /// refused.
+    pub fn dns_trusted(&self) -> Result<Vec<runtime::Cidr>, ConfigError> {
+        let reserved = [
+            ("127.0.0.0/8", "loopback"),
+            ("169.254.0.0/16", "link-local (metadata service)"),
+        ];
+        self.dns_trusted_ranges
+            .iter()
+            .map(|c| {
+                let bad = |why: String| {
+                    ConfigError::Invalid(format!("dns_trusted_ranges entry {c:?}: {why}"))
+                };
+                let net: runtime::Cidr = c
+                    .parse()
+                    .map_err(|_| bad("not an IPv4 CIDR (a.b.c.d/n, n up to 32)".into()))?;
+                for (range, what) in reserved {
+                    let range: runtime::Cidr = range.parse().expect("literal CIDR");
+                    if range.contains(&net) || net.contains(&range) {
+                        return Err(bad(format!(
+                            "overlaps the {what} range, which sandboxes never reach"
+                        )));
+                    }
+                }
+                Ok(net)
+            })
+            .collect()
     }
 
     /// Reads the bearer token (trimmed); an empty token is refused.
@@ -301,5 +348,31 @@ mod tests {
         c.tls_key = None;
         c.allow_insecure_remote = true;
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn trusted_dns_ranges_never_cover_loopback_or_link_local() {
+        let with = |ranges: &[&str]| Config {
+            dns_trusted_ranges: ranges.iter().map(|r| r.to_string()).collect(),
+            ..Config::default()
+        };
+        assert_eq!(
+            with(&["198.19.1.0/24", "10.0.0.0/8"])
+                .dns_trusted()
+                .unwrap()
+                .len(),
+            2
+        );
+        for (bad, why) in [
+            ("169.254.169.254/32", "link-local"),
+            ("169.0.0.0/8", "link-local"),
+            ("0.0.0.0/0", "loopback"),
+            ("127.0.0.53", "loopback"),
+            ("10.0.0.0/40", "IPv4 CIDR"),
+            ("example.com", "IPv4 CIDR"),
+        ] {
+            let err = with(&[bad]).validate().unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains(bad), "{bad}: {err}");
+        }
     }
 }

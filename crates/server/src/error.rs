@@ -29,6 +29,15 @@ pub enum Error {
     ShuttingDown,
     #[error("{0}")]
     ExecFailed(String),
+    /// A port request without a valid access token.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A port request with a token that does not open this sandbox's ports.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Nothing answered on the sandbox's port.
+    #[error("{0}")]
+    BadGateway(String),
     #[error("{0}")]
     Backend(BackendError),
     #[error("State database failed: {0}")]
@@ -102,6 +111,7 @@ impl From<BackendError> for Error {
         }
         match e {
             BackendError::NotFound(m) => Error::NotFound(m),
+            BackendError::Refused(m) => Error::BadGateway(m),
             BackendError::InvalidInput(m) => Error::InvalidArgument(m),
             BackendError::ExecFailed(m) => Error::ExecFailed(m),
             BackendError::TooLarge(m) => Error::TooLarge(m),
@@ -118,6 +128,9 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => (400, "invalid_argument"),
             Error::ExecFailed(_) => (400, "exec_failed"),
+            Error::Unauthorized(_) => (401, "unauthorized"),
+            Error::Forbidden(_) => (403, "forbidden"),
+            Error::BadGateway(_) => (502, "bad_gateway"),
             Error::NotFound(_) => (404, "not_found"),
             Error::WrongState { .. } | Error::Conflict(_) => (409, "conflict"),
             Error::TooLarge(_) => (413, "too_large"),
@@ -149,6 +162,9 @@ impl Error {
             Error::InsufficientStorage(m) => Error::InsufficientStorage(m.clone()),
             Error::ShuttingDown => Error::ShuttingDown,
             Error::ExecFailed(m) => Error::ExecFailed(m.clone()),
+            Error::Unauthorized(m) => Error::Unauthorized(m.clone()),
+            Error::Forbidden(m) => Error::Forbidden(m.clone()),
+            Error::BadGateway(m) => Error::BadGateway(m.clone()),
             Error::Backend(b) => Error::Backend(b.clone()),
             Error::Store(_) | Error::Ids(_) => Error::Backend(BackendError::Host(self.message())),
         }

@@ -3,8 +3,9 @@
 //! headers within `header_timeout` (a slow-loris client is cut off), and TLS on TCP when
 //! the daemon is given a certificate (required for non-loopback listeners).
 //!
-//! axum's own `serve` has no such knobs; this is its accept loop with hyper's HTTP/1
-//! connection builder (upgrades allowed) and the same Router as the service.
+//! axum's own `serve` has no such knobs; this is its accept loop with hyper's connection
+//! builder for HTTP/1.1 (upgrades allowed) and HTTP/2 (prior knowledge on plain TCP, ALPN
+//! over TLS), and the same Router as the service.
 
 use std::future::Future;
 use std::path::Path;
@@ -12,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
@@ -71,12 +72,13 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor
             what: "PEM private key",
         })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Config)?
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(TlsError::Config)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -152,11 +154,17 @@ where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = TowerToHyperService::new(app);
-    let conn = http1::Builder::new()
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .serve_connection(TokioIo::new(io), service)
-        .with_upgrades();
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(20)));
+    let io = FirstReadDeadline::new(io, limits.header_timeout);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
@@ -164,4 +172,83 @@ where
     }
     conn.as_mut().graceful_shutdown();
     let _ = conn.await;
+}
+
+/// A connection whose first bytes must come within a deadline. The builder reads them to
+/// tell HTTP/2 from HTTP/1.1 before hyper's own header timeout starts, so without this a
+/// client that connects and says nothing would hold its connection slot for good.
+struct FirstReadDeadline<I> {
+    io: I,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstReadDeadline<I> {
+    fn new(io: I, limit: Duration) -> Self {
+        FirstReadDeadline {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(limit))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstReadDeadline<I> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let read = std::pin::Pin::new(&mut this.io).poll_read(cx, buf);
+        if read.is_ready() {
+            this.deadline = None;
+            return read;
+        }
+        let expired = this
+            .deadline
+            .as_mut()
+            .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+        if expired {
+            return std::task::Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client sent nothing",
+            )));
+        }
+        std::task::Poll::Pending
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstReadDeadline<I> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
 }

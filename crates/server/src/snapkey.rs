@@ -34,6 +34,17 @@ impl SnapshotKey {
         }
     }
 
+    /// A MAC of `msg` for `purpose` (keys of other purposes than snapshot signing are
+    /// derived from this one, so one file holds the daemon's secret).
+    pub fn derive(&self, purpose: &str, msg: &[u8]) -> [u8; 32] {
+        // An HMAC takes a key of any length, so this cannot fail.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("any key length");
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(msg);
+        mac.finalize().into_bytes().into()
+    }
+
     /// The signature of a snapshot file's SHA-256.
     pub fn sign(&self, digest: &[u8; 32]) -> [u8; 32] {
         // An HMAC takes a key of any length, so this cannot fail.

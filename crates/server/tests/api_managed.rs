@@ -267,6 +267,6 @@ fn a_sandbox_is_renamed_relabelled_and_its_egress_changed() {
         Some(json!({"allow_out": ["198.18.0.0/15"]})),
     );
     assert_error(s, &v, 422, "unsupported");
-    let (s, v) = c.json(Method::PATCH, &path, Some(json!({"deny_out": ["nope"]})));
+    let (s, v) = c.json(Method::PATCH, &path, Some(json!({"deny_out": ["no pe"]})));
     assert_error(s, &v, 400, "invalid_argument");
 }

@@ -177,8 +177,8 @@ def test_sandbox_url_from_ingress_endpoint() -> None:
 
 
 def test_unsupported_classes_raise_not_implemented() -> None:
-    # from tensorlake.sandbox import Pty, AsyncPty, Desktop, create_file_system   (features sandfork lacks)
-    for make in (lambda: sandfork.Pty(session_id="s", token="t"), lambda: sandfork.AsyncPty(), lambda: sandfork.Desktop()):
+    # from tensorlake.sandbox import Desktop   (a feature sandfork lacks; Pty is a terminal session, made by create_pty)
+    for make in (lambda: sandfork.Desktop(),):
         with pytest.raises(NotImplementedError, match="not supported by sandfork"):
             make()
 

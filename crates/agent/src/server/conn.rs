@@ -88,6 +88,20 @@ async fn dispatch(agent: &Arc<Agent>, req: Request, mut reader: Reader, mut writ
             .await
             .map(|()| None),
         Request::ListDir { path } => files::list_dir(path, &mut writer).await.map(|()| None),
+        Request::Logs { since, follow } => {
+            let logs = agent.procs.logs.clone();
+            return drop(logs.serve(since, follow, &mut reader, &mut writer).await);
+        }
+        Request::PtyConnect { id, offset } => {
+            return match agent.procs.get(id) {
+                Ok(proc) => drop(proc.pty_session(offset, reader, &mut writer).await),
+                Err(e) => send_error(&mut writer, e).await,
+            };
+        }
+        Request::SpawnPty { spawn, size } => agent
+            .procs
+            .start_pty(&agent.reaper, spawn, &agent.base(), size)
+            .map(|p| Some(spawned(&p))),
         Request::WatchDir { path, recursive } => {
             files::watch_dir(path, recursive, &mut reader, &mut writer)
                 .await
@@ -139,6 +153,12 @@ async fn process_or_file(agent: &Agent, req: Request) -> Result<Message, AgentEr
             supervise::stop(&*agent.procs.get(id)?).await;
             Ok(Message::Done)
         }
+        Request::ResizePty { id, size } => agent
+            .procs
+            .get(id)?
+            .resize(size)
+            .await
+            .map(|()| Message::Done),
         Request::Stat { path } => files::stat(path).await,
         Request::Remove { path, recursive } => files::remove(path, recursive).await,
         Request::Mkdir {

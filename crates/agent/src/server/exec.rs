@@ -3,10 +3,10 @@
 
 use proto::agent::{ExecRequest, ExitInfo, Message, OutputStream, StdinMode};
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
 
 use super::group::Group;
 use super::pump::{pump, OutputSink};
+use super::spawn::Input;
 use super::wire::{Reader, Writer};
 use super::Agent;
 
@@ -67,12 +67,7 @@ pub async fn exec(agent: &Agent, req: ExecRequest, reader: Reader, mut writer: W
 
 /// Feeds stdin from the request or the connection, then watches the connection: when the
 /// host disconnects (or breaks the protocol) the process group is killed.
-async fn feed_stdin(
-    mut reader: Reader,
-    mut pipe: Option<pipe::Sender>,
-    mode: StdinMode,
-    group: Group,
-) {
+async fn feed_stdin(mut reader: Reader, mut pipe: Option<Input>, mode: StdinMode, group: Group) {
     if let (StdinMode::Bytes(bytes), Some(p)) = (&mode, &mut pipe) {
         let _ = p.write_all(bytes).await;
         pipe = None;

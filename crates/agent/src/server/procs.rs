@@ -8,17 +8,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proto::agent::{
     AgentError, ErrorKind, ExitInfo, ExitStatus, Message, OutputMode, OutputStream, ProcessInfo,
-    ProcessState, SpawnRequest, StdinMode, CHUNK_SIZE,
+    ProcessState, PtySize, SpawnRequest, StdinMode, CHUNK_SIZE,
 };
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use super::errors::invalid;
 use super::group::Group;
+use super::logbook::LogBook;
 use super::pump::{pump, OutputSink};
 use super::reaper::Reaper;
 use super::ring::Ring;
+use super::spawn::{Child, Input};
 use super::supervisor::Supervisor;
 use super::wire::{Reader, Writer};
 use proto::codec::CodecError;
@@ -48,7 +49,11 @@ pub struct Proc {
     output: Mutex<Output>,
     /// Bumped whenever output arrives or the pump finishes.
     changed: watch::Sender<u64>,
-    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    stdin: tokio::sync::Mutex<Option<Input>>,
+    /// A terminal keeper (see [`super::pty`]): stdin takes protocol frames.
+    terminal: bool,
+    /// Where its output is logged (not for a terminal).
+    logs: Option<Arc<LogBook>>,
 }
 
 impl Proc {
@@ -122,6 +127,9 @@ impl OutputSink for RingSink {
         }
         self.0.output().streams[stream as usize].push(data);
         self.0.changed.send_modify(|v| *v += 1);
+        if let Some(logs) = &self.0.logs {
+            logs.push(self.0.id, stream, data);
+        }
         Ok(())
     }
 }
@@ -130,6 +138,8 @@ impl OutputSink for RingSink {
 pub struct ProcTable {
     next_id: AtomicU64,
     procs: Mutex<BTreeMap<u64, Arc<Proc>>>,
+    /// The sandbox log: what the background processes write.
+    pub logs: Arc<LogBook>,
 }
 
 impl ProcTable {
@@ -181,9 +191,38 @@ impl ProcTable {
         supervisor: Option<Arc<Supervisor>>,
     ) -> Result<Arc<Proc>, AgentError> {
         let child = super::spawn::spawn(reaper, &req.exec, base)?;
+        Ok(self.run(child, req, supervisor))
+    }
+
+    /// Starts `req` on a new terminal of `size` in the background (never supervised).
+    pub fn start_pty(
+        &self,
+        reaper: &Reaper,
+        req: SpawnRequest,
+        base: &super::spawn::Base,
+        size: PtySize,
+    ) -> Result<Arc<Proc>, AgentError> {
+        if req.is_managed() {
+            return Err(invalid(
+                "a terminal session cannot be supervised: drop name, restart and health",
+            ));
+        }
+        size.check().map_err(invalid)?;
+        let child = super::spawn::spawn_pty(reaper, &req.exec, base, size)?;
+        Ok(self.run(child, req, None))
+    }
+
+    /// Enters a started child in the table and moves its output to its buffers.
+    fn run(
+        &self,
+        child: Child,
+        req: SpawnRequest,
+        supervisor: Option<Arc<Supervisor>>,
+    ) -> Arc<Proc> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let group = Group::new(child.pid, child.exit.clone());
         let (stdin, initial) = match &req.exec.stdin {
+            _ if child.terminal => (child.stdin, None),
             StdinMode::Stream => (child.stdin, None),
             StdinMode::Bytes(b) => (None, child.stdin.map(|p| (p, b.clone()))),
             StdinMode::Null => (None, None),
@@ -207,6 +246,8 @@ impl ProcTable {
             }),
             changed: watch::Sender::new(0),
             stdin: tokio::sync::Mutex::new(stdin),
+            terminal: child.terminal,
+            logs: (!child.terminal).then(|| self.logs.clone()),
         });
         self.insert(proc.clone());
         if let Some((mut pipe, bytes)) = initial {
@@ -220,10 +261,13 @@ impl ProcTable {
             timer.inspect(|t| t.abort());
             *run.stdin.lock().await = None;
             *run.ended_unix_ms.lock().unwrap_or_else(|p| p.into_inner()) = Some(unix_ms());
+            if let Some(logs) = &run.logs {
+                logs.finish(run.id);
+            }
             run.output().done = true;
             run.changed.send_modify(|v| *v += 1);
         });
-        Ok(proc)
+        proc
     }
 
     fn insert(&self, proc: Arc<Proc>) {
@@ -248,7 +292,20 @@ pub fn unix_ms() -> u64 {
 
 /// Operations on one background process.
 impl Proc {
+    /// Writes to the process's stdin; for a terminal, typed input (framed for its keeper).
     pub async fn write_stdin(&self, data: &[u8]) -> Result<(), AgentError> {
+        if self.terminal {
+            return self.send_keeper(&Message::Data(data.to_vec())).await;
+        }
+        self.write_raw(data).await
+    }
+
+    async fn send_keeper(&self, msg: &Message) -> Result<(), AgentError> {
+        let frame = proto::agent::encode_frame(msg).map_err(|e| invalid(e.to_string()))?;
+        self.write_raw(&frame).await
+    }
+
+    async fn write_raw(&self, data: &[u8]) -> Result<(), AgentError> {
         let mut stdin = self.stdin.lock().await;
         let pipe = stdin
             .as_mut()
@@ -350,10 +407,24 @@ impl Proc {
     /// `follow`, until caught up (then `Eof`). Stops when the client goes away.
     pub async fn attach(
         &self,
-        mut offsets: [u64; 2],
+        offsets: [u64; 2],
         follow: bool,
         reader: &mut Reader,
         writer: &mut Writer,
+    ) -> Result<(), CodecError> {
+        let gone = reader.read();
+        self.stream_output(offsets, follow, writer, std::pin::pin!(gone))
+            .await
+    }
+
+    /// Output from `offsets` until the process ended (then its exit), or without
+    /// `follow` until caught up (then `Eof`), or until `gone` completes (the client left).
+    async fn stream_output<G: std::future::Future>(
+        &self,
+        mut offsets: [u64; 2],
+        follow: bool,
+        writer: &mut Writer,
+        mut gone: std::pin::Pin<&mut G>,
     ) -> Result<(), CodecError> {
         let mut changed = self.changed.subscribe();
         loop {
@@ -380,7 +451,61 @@ impl Proc {
             }
             tokio::select! {
                 r = changed.changed() => r.map_err(|_| CodecError::Truncated)?,
-                _ = reader.read() => return Ok(()),
+                _ = gone.as_mut() => return Ok(()),
+            }
+        }
+    }
+
+    fn check_terminal(&self) -> Result<(), AgentError> {
+        if self.terminal {
+            Ok(())
+        } else {
+            Err(invalid(format!("process {} has no terminal", self.id)))
+        }
+    }
+
+    pub async fn resize(&self, size: PtySize) -> Result<(), AgentError> {
+        let size = size.check().map_err(invalid)?;
+        self.check_terminal()?;
+        self.send_keeper(&Message::PtyResize(size)).await
+    }
+
+    /// A terminal session: output from `offset` until the process ended (then its exit),
+    /// while the client's `Data` frames are typed into the terminal and its `PtyResize`
+    /// frames resize it. Ends, leaving the process running, when the client goes away.
+    pub async fn pty_session(
+        self: &Arc<Self>,
+        offset: u64,
+        reader: Reader,
+        writer: &mut Writer,
+    ) -> Result<(), CodecError> {
+        if let Err(e) = self.check_terminal() {
+            super::wire::send_error(writer, e).await;
+            return Ok(());
+        }
+        writer.send(&Message::Done).await?;
+        let mut input = tokio::spawn(self.clone().pty_input(reader));
+        // The stdout stream only: a terminal's output is one stream.
+        let result = self
+            .stream_output([offset, 0], true, writer, std::pin::pin!(&mut input))
+            .await;
+        input.abort();
+        result
+    }
+
+    /// Applies a terminal client's frames until it goes away or breaks the protocol.
+    async fn pty_input(self: Arc<Self>, mut reader: Reader) {
+        loop {
+            match reader.read().await {
+                Ok(Some(Message::Data(data))) => {
+                    if self.write_stdin(&data).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(Message::PtyResize(size))) => {
+                    let _ = self.resize(size).await;
+                }
+                _ => return,
             }
         }
     }

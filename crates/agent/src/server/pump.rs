@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use proto::agent::{ExitStatus, OutputStream, CHUNK_SIZE};
 use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
 use super::reaper::ExitReceiver;
+use super::spawn::Source;
 
 /// After the child exits, output that descendants still holding the pipes write is kept
 /// until they close them or stay silent this long...
@@ -24,7 +24,7 @@ pub trait OutputSink {
         -> impl Future<Output = Result<(), ()>>;
 }
 
-async fn read_some(pipe: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> usize {
+async fn read_some(pipe: &mut Option<Source>, buf: &mut [u8]) -> usize {
     match pipe {
         Some(p) => p.read(buf).await.unwrap_or(0),
         None => std::future::pending().await,
@@ -43,8 +43,8 @@ pub async fn exited(exit: &mut ExitReceiver) -> ExitStatus {
 /// Returns the exit status once the child ended and its output was delivered, or `Err`
 /// as soon as the sink fails.
 pub async fn pump<S: OutputSink>(
-    stdout: pipe::Receiver,
-    stderr: pipe::Receiver,
+    stdout: Source,
+    stderr: Source,
     mut exit: ExitReceiver,
     sink: &mut S,
 ) -> Result<ExitStatus, ()> {

@@ -1,5 +1,5 @@
 //! Turns an [`ExecRequest`] into a running child: environment, user, working directory,
-//! program lookup, its own session and process group, and pipes for stdio.
+//! program lookup, its own session and process group, and pipes (or a terminal) for stdio.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
@@ -10,20 +10,28 @@ use std::process::{Command, Stdio};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{Gid, Pid, Uid};
-use proto::agent::{AgentError, ErrorKind, ExecRequest, StdinMode};
+use proto::agent::{AgentError, ErrorKind, ExecRequest, PtySize, StdinMode};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
 
 use super::errors::{check_path, invalid, io_error};
 use super::reaper::{ExitReceiver, Reaper};
 use super::user::{self, Credentials};
 
-/// A started child and the agent's ends of its pipes.
+/// Where the agent writes a child's input.
+pub type Input = Box<dyn AsyncWrite + Send + Unpin>;
+/// Where the agent reads a child's output.
+pub type Source = Box<dyn AsyncRead + Send + Unpin>;
+
+/// A started child and the agent's ends of its stdio.
 pub struct Child {
     pub pid: i32,
     pub exit: ExitReceiver,
-    pub stdin: Option<pipe::Sender>,
-    pub stdout: pipe::Receiver,
-    pub stderr: pipe::Receiver,
+    pub stdin: Option<Input>,
+    pub stdout: Source,
+    pub stderr: Source,
+    /// Started on a terminal: stdin takes protocol frames (see [`super::pty`]).
+    pub terminal: bool,
 }
 
 /// What a request resolved to, before anything is started.
@@ -45,7 +53,7 @@ pub struct Base {
 
 pub fn spawn(reaper: &Reaper, req: &ExecRequest, base: &Base) -> Result<Child, AgentError> {
     let plan = plan(req, base, Path::new("/etc"))?;
-    let mut cmd = command(&plan, req);
+    let mut cmd = command(&plan, req, None);
     let (mut child, exit) = reaper
         .spawn(&mut cmd)
         .map_err(|e| io_error(&req.command, &e))?;
@@ -55,15 +63,96 @@ pub fn spawn(reaper: &Reaper, req: &ExecRequest, base: &Base) -> Result<Child, A
         Ok((stdin, stdout, stderr)) => Ok(Child {
             pid,
             exit,
-            stdin,
-            stdout,
-            stderr,
+            stdin: stdin.map(|s| Box::new(s) as Input),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            terminal: false,
         }),
         Err(e) => {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             Err(io_error("stdio pipes", &e))
         }
     }
+}
+
+/// Starts `req` on a new terminal of `size` (its controlling terminal, in a session of
+/// its own), with a relay process holding the terminal's master side (see [`super::pty`]);
+/// `TERM` defaults to `xterm-256color`. The relay's stdin takes protocol frames; its
+/// stdout is the terminal's output. The process's exit is the program's.
+pub fn spawn_pty(
+    reaper: &Reaper,
+    req: &ExecRequest,
+    base: &Base,
+    size: PtySize,
+) -> Result<Child, AgentError> {
+    let mut plan = plan(req, base, Path::new("/etc"))?;
+    plan.env
+        .entry("TERM".into())
+        .or_insert_with(|| "xterm-256color".into());
+    let pty = super::pty::open_pty(size).map_err(|e| io_error("terminal", &e))?;
+    let clone = || pty.slave.try_clone().map_err(|e| io_error("terminal", &e));
+    let stdio = [clone()?, clone()?, clone()?];
+    let mut cmd = command(&plan, req, Some(stdio));
+    let spawned = reaper.spawn(&mut cmd);
+    // The program has its copies; the agent keeps no end of the terminal.
+    drop(cmd);
+    drop(pty.slave);
+    let (program, exit) = spawned.map_err(|e| io_error(&req.command, &e))?;
+    // Pids fit in i32 (pid_max <= 2^22).
+    let pid = program.id() as i32;
+    // The relay is started after the program, so that CRIU meets the program first.
+    match start_relay(reaper, pty.master) {
+        Ok((stdin, stdout)) => Ok(Child {
+            pid,
+            exit,
+            stdin: Some(Box::new(stdin)),
+            stdout: Box::new(stdout),
+            stderr: Box::new(tokio::io::empty()),
+            terminal: true,
+        }),
+        Err(e) => {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            Err(io_error("terminal relay", &e))
+        }
+    }
+}
+
+/// Starts the agent binary as a terminal relay for `master` (its fd 3), in a session of
+/// its own; returns the agent's ends of its stdin and stdout.
+fn start_relay(
+    reaper: &Reaper,
+    master: OwnedFd,
+) -> std::io::Result<(pipe::Sender, pipe::Receiver)> {
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg(super::pty::KEEPER_ARG)
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&master);
+    // SAFETY: the closure runs in the forked child before exec and only makes raw
+    // syscalls (setsid, dup2) on a descriptor number taken before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setsid()?;
+            // dup2 leaves the copy without close-on-exec: the relay inherits it as fd 3.
+            if nix::libc::dup2(raw, super::pty::MASTER_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = reaper.spawn(&mut cmd);
+    drop(master);
+    let (mut child, _exit) = spawned?;
+    let missing = || std::io::Error::other("missing pipe");
+    let stdin: OwnedFd = child.stdin.take().ok_or_else(missing)?.into();
+    let stdout: OwnedFd = child.stdout.take().ok_or_else(missing)?.into();
+    Ok((
+        pipe::Sender::from_owned_fd(stdin)?,
+        pipe::Receiver::from_owned_fd(stdout)?,
+    ))
 }
 
 type Pipes = (Option<pipe::Sender>, pipe::Receiver, pipe::Receiver);
@@ -192,28 +281,39 @@ fn find_program(command: &str, path_var: Option<&str>, cwd: &Path) -> Result<Pat
         })
 }
 
-fn command(plan: &Plan, req: &ExecRequest) -> Command {
+/// The command for `plan`, in a session of its own: stdio on pipes, or on a terminal's
+/// slave side (`tty`: stdin, stdout and stderr), which becomes its controlling terminal.
+fn command(plan: &Plan, req: &ExecRequest, tty: Option<[OwnedFd; 3]>) -> Command {
     let mut cmd = Command::new(&plan.program);
     cmd.arg0(&req.command)
         .args(&req.args)
         .env_clear()
         .envs(&plan.env)
-        .current_dir(&plan.cwd)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .current_dir(&plan.cwd);
+    let on_terminal = tty.is_some();
+    match tty {
+        Some([i, o, e]) => cmd.stdin(i).stdout(o).stderr(e),
         // A pipe even for `Null` (its write end is closed at once): the sandbox may have
         // no /dev/null.
-        .stdin(Stdio::piped());
+        None => cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::piped()),
+    };
     let ids = plan.creds.as_ref().map(|c| {
         let groups: Vec<Gid> = c.groups.iter().map(|g| Gid::from_raw(*g)).collect();
         (Uid::from_raw(c.uid), Gid::from_raw(c.gid), groups)
     });
     // SAFETY: the closure runs in the forked child before exec and only makes raw
-    // syscalls (setsid, setgroups, setgid, setuid) on data prepared before the fork: no
-    // allocation, no locks.
+    // syscalls (setsid, ioctl, setgroups, setgid, setuid) on data prepared before the
+    // fork: no allocation, no locks.
     unsafe {
         cmd.pre_exec(move || {
             nix::unistd::setsid()?;
+            // The terminal on stdin becomes the new session's controlling terminal.
+            if on_terminal && nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             if let Some((uid, gid, groups)) = &ids {
                 nix::unistd::setgroups(groups)?;
                 nix::unistd::setgid(*gid)?;

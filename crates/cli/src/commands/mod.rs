@@ -4,6 +4,7 @@ mod cp;
 mod image;
 mod run;
 mod sandbox;
+mod shell;
 mod snapshot;
 mod volume;
 
@@ -40,6 +41,22 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
         Command::Create(c) => sandbox::create(&client, c, json).await,
         Command::Ls { state, filters } => sandbox::list(&client, state, &filters, json).await,
         Command::Stats { ids } => sandbox::stats(&client, ids, json).await,
+        Command::Url {
+            id,
+            port,
+            expires_in,
+        } => sandbox::port_url(&client, &id, port, expires_in, json).await,
+        Command::Shell {
+            id,
+            attach,
+            command,
+        } => shell::shell(&client, &id, attach, command).await,
+        Command::Logs {
+            id,
+            follow,
+            tail,
+            process,
+        } => sandbox::logs(&client, &id, follow, tail, process, json).await,
         Command::Watch {
             id,
             path,
@@ -55,6 +72,17 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
             secs,
             on_timeout,
         } => sandbox::set_timeout(&client, &id, secs, on_timeout, json).await,
+        Command::Network {
+            id,
+            allow_out,
+            deny_out,
+            clear_allow,
+            clear_deny,
+        } => {
+            let allow = (clear_allow || !allow_out.is_empty()).then_some(allow_out);
+            let deny = (clear_deny || !deny_out.is_empty()).then_some(deny_out);
+            sandbox::network(&client, &id, allow, deny, json).await
+        }
         Command::Label { id, set, remove } => {
             sandbox::label(&client, &id, &set, remove, json).await
         }

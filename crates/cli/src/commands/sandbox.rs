@@ -17,10 +17,7 @@ pub fn create_body(opts: &SandboxOpts) -> Result<Value> {
         ("cpus", opts.cpus.map(Value::from)),
         ("memory_mb", opts.memory_mb.map(Value::from)),
         ("disk_mb", opts.disk_mb.map(Value::from)),
-        (
-            "network",
-            opts.network.clone().map(|m| json!({ "mode": m })),
-        ),
+        ("network", network_request(opts)),
     ];
     for (k, v) in fields {
         if let Some(v) = v {
@@ -143,6 +140,27 @@ fn label_filters(filters: &[String]) -> Result<std::collections::BTreeMap<String
 }
 
 /// `sandfork stats [ID…]`: two readings half a second apart give the CPU use.
+/// Prints how to reach `port` of sandbox `id` through the gateway.
+pub async fn port_url(
+    client: &Client,
+    id: &str,
+    port: u16,
+    expires_in: u64,
+    json: bool,
+) -> Result<i32> {
+    let route = format!("/v1/sandboxes/{}/port-urls", encode(id));
+    let body = serde_json::json!({"port": port, "expires_in_secs": expires_in});
+    let v: Value = client.json(Method::POST, &route, Some(&body)).await?;
+    if json {
+        println!("{v}");
+    } else {
+        for key in ["signed_path", "host", "access_token", "expires_at"] {
+            println!("{key:<13} {}", output::field(&v, key));
+        }
+    }
+    Ok(0)
+}
+
 pub async fn stats(client: &Client, mut ids: Vec<String>, json: bool) -> Result<i32> {
     if ids.is_empty() {
         let listed: Value = client
@@ -217,21 +235,52 @@ pub async fn events(
     no_follow: bool,
     json: bool,
 ) -> Result<i32> {
-    let mut query = Vec::new();
-    if let Some(s) = sandbox {
-        query.push(format!("sandbox={}", encode(&s)));
+    let query = query(&[
+        ("sandbox", sandbox),
+        ("since", since.map(|n| n.to_string())),
+        ("no_follow", no_follow.then(|| "true".into())),
+    ]);
+    print_lines(client, &format!("/v1/events{query}"), json, |e| {
+        let opt = |k: &str| e[k].as_str().map(|s| format!(" {s}")).unwrap_or_default();
+        format!(
+            "{} {} {:<12} {}{}{}{}",
+            output::field(e, "seq"),
+            output::field(e, "at"),
+            output::field(e, "type"),
+            output::field(e, "sandbox_id"),
+            opt("name"),
+            opt("snapshot_id"),
+            opt("message"),
+        )
+    })
+    .await
+}
+
+/// `?k=v&…` of the pairs that have a value (values encoded), or nothing.
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let set: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+        .collect();
+    if set.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", set.join("&"))
     }
-    if let Some(n) = since {
-        query.push(format!("since={n}"));
-    }
-    if no_follow {
-        query.push("no_follow=true".into());
-    }
-    let path = format!("/v1/events?{}", query.join("&"));
+}
+
+/// Prints each line of the NDJSON stream `GET route` (as is with `--json`, else as `line`
+/// renders it) until the daemon ends it.
+async fn print_lines(
+    client: &Client,
+    route: &str,
+    json: bool,
+    line: impl Fn(&Value) -> String,
+) -> Result<i32> {
     let resp = client
         .call(
             Method::GET,
-            &path,
+            route,
             "application/json",
             crate::client::full(Vec::new()),
         )
@@ -240,24 +289,41 @@ pub async fn events(
     while let Some(e) = lines.next().await? {
         if json {
             println!("{e}");
-            continue;
+        } else {
+            println!("{}", line(&e));
         }
-        let opt = |k: &str| e[k].as_str().map(|s| format!(" {s}")).unwrap_or_default();
-        println!(
-            "{} {} {:<12} {}{}{}{}",
-            output::field(&e, "seq"),
-            output::field(&e, "at"),
-            output::field(&e, "type"),
-            output::field(&e, "sandbox_id"),
-            opt("name"),
-            opt("snapshot_id"),
-            opt("message"),
-        );
     }
     Ok(0)
 }
 
 /// `sandfork watch ID PATH [-r]`: one line per change (`--json`: JSON lines).
+/// Prints the sandbox log (`--json`: one entry per line).
+pub async fn logs(
+    client: &Client,
+    id: &str,
+    follow: bool,
+    tail: Option<usize>,
+    process: Option<String>,
+    json: bool,
+) -> Result<i32> {
+    let query = query(&[
+        ("follow", follow.then(|| "true".into())),
+        ("tail", tail.map(|n| n.to_string())),
+        ("process", process),
+    ]);
+    let route = format!("/v1/sandboxes/{}/logs{query}", encode(id));
+    print_lines(client, &route, json, |e| {
+        format!(
+            "{} {:<6} {} {}",
+            output::field(e, "timestamp"),
+            output::field(e, "stream"),
+            output::field(e, "process"),
+            output::field(e, "message")
+        )
+    })
+    .await
+}
+
 pub async fn watch(
     client: &Client,
     id: &str,
@@ -265,40 +331,19 @@ pub async fn watch(
     recursive: bool,
     json: bool,
 ) -> Result<i32> {
-    let route = format!(
-        "/v1/sandboxes/{}/files/watch?path={}{}",
-        encode(id),
-        encode(path),
-        if recursive { "&recursive=true" } else { "" }
-    );
-    let resp = client
-        .call(
-            Method::GET,
-            &route,
-            "application/json",
-            crate::client::full(Vec::new()),
-        )
-        .await?;
-    let mut lines = crate::client::Lines::new(resp);
-    while let Some(e) = lines.next().await? {
-        if json {
-            println!("{e}");
-            continue;
-        }
+    let query = query(&[
+        ("path", Some(path.to_string())),
+        ("recursive", recursive.then(|| "true".into())),
+    ]);
+    let route = format!("/v1/sandboxes/{}/files/watch{query}", encode(id));
+    print_lines(client, &route, json, |e| {
+        let (kind, path) = (output::field(e, "type"), output::field(e, "path"));
         match e["old_path"].as_str() {
-            Some(old) => println!(
-                "{:<8} {old} -> {}",
-                output::field(&e, "type"),
-                output::field(&e, "path")
-            ),
-            None => println!(
-                "{:<8} {}",
-                output::field(&e, "type"),
-                output::field(&e, "path")
-            ),
+            Some(old) => format!("{kind:<8} {old} -> {path}"),
+            None => format!("{kind:<8} {path}"),
         }
-    }
-    Ok(0)
+    })
+    .await
 }
 
 /// `sandfork timeout ID SECS [--on-timeout A]`.
@@ -333,6 +378,66 @@ pub async fn set_timeout(
             output::field(&sb, "on_timeout")
         );
     }
+    Ok(0)
+}
+
+/// The `network` object of a create: the mode, with egress lists implying `internet`.
+fn network_request(opts: &SandboxOpts) -> Option<Value> {
+    let lists = !(opts.allow_out.is_empty() && opts.deny_out.is_empty());
+    let mode = match (&opts.network, lists) {
+        (Some(m), _) => m.clone(),
+        (None, true) => "internet".into(),
+        (None, false) => return None,
+    };
+    let mut net = json!({ "mode": mode });
+    if lists {
+        net["allow_out"] = json!(opts.allow_out);
+        net["deny_out"] = json!(opts.deny_out);
+    }
+    Some(net)
+}
+
+/// `sandfork network ID [--allow-out D…|--clear-allow] [--deny-out D…|--clear-deny]`:
+/// replaces the lists given (none given: shows them).
+pub async fn network(
+    client: &Client,
+    id: &str,
+    allow: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+    json: bool,
+) -> Result<i32> {
+    let route = format!("/v1/sandboxes/{}", encode(id));
+    let sb: Value = if allow.is_none() && deny.is_none() {
+        client.json(Method::GET, &route, None::<&()>).await?
+    } else {
+        let mut body = json!({});
+        if let Some(a) = allow {
+            body["allow_out"] = json!(a);
+        }
+        if let Some(d) = deny {
+            body["deny_out"] = json!(d);
+        }
+        client.json(Method::PATCH, &route, Some(&body)).await?
+    };
+    let net = &sb["network"];
+    if json {
+        output::json(net);
+        return Ok(0);
+    }
+    let list = |k: &str| {
+        let v: Vec<&str> = net[k]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    println!("mode      {}", output::field(net, "mode"));
+    println!("allow_out {}", list("allow_out"));
+    println!("deny_out  {}", list("deny_out"));
     Ok(0)
 }
 

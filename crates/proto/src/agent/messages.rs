@@ -49,6 +49,10 @@ pub enum Message {
     Stat(FileStat),
     /// Changes under a watched directory, in the order they happened.
     FsEvents(Vec<FsEvent>),
+    /// Host → agent on a [`Request::PtyConnect`] connection: the terminal's new size.
+    PtyResize(PtySize),
+    /// Lines of the sandbox log, in order (reply to [`Request::Logs`]).
+    LogLines(Vec<LogLine>),
 }
 
 /// What the host asks for. One request per connection.
@@ -121,6 +125,61 @@ pub enum Request {
     /// later included) → `Done` once the watch is in place, then `FsEvents`* until the
     /// host closes the connection.
     WatchDir { path: String, recursive: bool },
+    /// Start a background process on a new pseudo-terminal of `size` (its stdin, stdout
+    /// and stderr are the terminal; its output is one stream, `Stdout`) → `Spawned`.
+    SpawnPty { spawn: SpawnRequest, size: PtySize },
+    /// Attach to a terminal process → `Done`, then `Output`* from `offset` on, then `Exit`; meanwhile the
+    /// host sends `Data` (typed input) and `PtyResize`. Closing the connection detaches
+    /// and leaves the process running.
+    PtyConnect { id: u64, offset: u64 },
+    /// Resize a terminal process's terminal (its foreground group gets SIGWINCH) → `Done`.
+    ResizePty { id: u64, size: PtySize },
+    /// The sandbox log from line `since` (its `seq`) on → `LogLines`*, then `Eof`; with
+    /// `follow`, new lines as they come until the host closes the connection.
+    Logs { since: u64, follow: bool },
+}
+
+/// One line a background process wrote (or a piece of a very long one), as the agent's
+/// sandbox log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// Position in the log, from 1; consecutive.
+    pub seq: u64,
+    /// When the agent read it.
+    pub unix_ms: u64,
+    /// The agent's id of the process.
+    pub process: u64,
+    pub stream: OutputStream,
+    /// Without its newline.
+    #[serde(with = "serde_bytes")]
+    pub text: Vec<u8>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+impl PtySize {
+    /// Largest side accepted (a terminal bigger than this is a mistake or an attack).
+    pub const MAX: u16 = 4096;
+
+    /// Checks both sides are within 1..=[`Self::MAX`].
+    pub fn check(self) -> Result<Self, String> {
+        let ok = |n: u16| (1..=Self::MAX).contains(&n);
+        if ok(self.cols) && ok(self.rows) {
+            Ok(self)
+        } else {
+            Err(format!(
+                "invalid terminal size {}x{}: columns and rows must be 1-{}",
+                self.cols,
+                self.rows,
+                Self::MAX
+            ))
+        }
+    }
 }
 
 /// A background process to start.

@@ -101,8 +101,17 @@ impl Host for FakeHost {
     fn nft_remove(&self, commands: &[String]) -> Result<()> {
         self.call("nft_remove", &commands.len().to_string())
     }
-    fn write_bundle(&self, _paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()> {
-        let resolv = if resolv_conf { " resolv.conf" } else { "" };
+    fn write_bundle(
+        &self,
+        _paths: &SandboxPaths,
+        config: &[u8],
+        resolv_conf: Option<crate::net::Nameserver>,
+    ) -> Result<()> {
+        let resolv = if resolv_conf.is_some() {
+            " resolv.conf"
+        } else {
+            ""
+        };
         self.call("write_bundle", &format!("{}{resolv}", config.len()))
     }
     fn nofile_limit(&self) -> u64 {

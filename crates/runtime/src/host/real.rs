@@ -215,6 +215,20 @@ impl Host for RealHost {
             // `host_forwards` is what the host had before sandfork.
             let script = net::base_table_script(host_forwards);
             run_stdin(Command::new("nft").args(["-f", "-"]), &script)?;
+        } else if run(Command::new("nft").args([
+            "list",
+            "map",
+            "inet",
+            net::NFT_TABLE,
+            "dns_redirect",
+        ]))
+        .is_err()
+        {
+            // Made by an earlier version, before egress rules by name.
+            run_stdin(
+                Command::new("nft").args(["-f", "-"]),
+                &net::base_table_upgrade_script(),
+            )?;
         }
         self.nft_ready.store(true, Ordering::Release);
         Ok(())
@@ -240,13 +254,18 @@ impl Host for RealHost {
         first
     }
 
-    fn write_bundle(&self, paths: &SandboxPaths, config: &[u8], resolv_conf: bool) -> Result<()> {
+    fn write_bundle(
+        &self,
+        paths: &SandboxPaths,
+        config: &[u8],
+        resolv_conf: Option<net::Nameserver>,
+    ) -> Result<()> {
         let criu = paths.criu_config();
         std::fs::write(&criu, crate::oci::CRIU_OPTIONS).at(&criu)?;
-        if resolv_conf {
+        if let Some(nameserver) = resolv_conf {
             let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
             let path = paths.resolv_conf();
-            std::fs::write(&path, crate::net::resolv_conf(&host)).at(&path)?;
+            std::fs::write(&path, nameserver.resolv_conf(&host)).at(&path)?;
         }
         // The process environment in it holds the sandbox's secrets.
         crate::layout::write_private(&paths.config(), config)

@@ -57,6 +57,7 @@ fn internet() -> NetworkMode {
     NetworkMode::Internet {
         allow_out: vec![],
         deny_out: vec![],
+        by_name: None,
     }
 }
 

@@ -28,6 +28,30 @@ impl Token {
     }
 }
 
+/// Marks a request that carries the API token (the gateway then needs no other).
+#[derive(Debug, Clone, Copy)]
+pub struct Authenticated;
+
+/// Marks `req` [`Authenticated`] when it carries `token`; refuses nothing.
+pub(super) fn mark_request(token: &Token, req: &mut Request) {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if token.accepts(given) {
+        req.extensions_mut().insert(Authenticated);
+    }
+}
+
+pub(super) async fn mark(
+    State(token): State<Arc<Token>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    mark_request(&token, &mut req);
+    next.run(req).await
+}
+
 pub(super) async fn require(State(token): State<Arc<Token>>, req: Request, next: Next) -> Response {
     let given = req
         .headers()

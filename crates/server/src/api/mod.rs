@@ -6,10 +6,12 @@ mod events;
 mod exec;
 mod extract;
 mod files;
+mod gateway;
 mod images;
 mod ndjson;
 mod openapi;
 mod processes;
+mod pty;
 mod sandboxes;
 mod snapshots;
 mod spawn;
@@ -22,7 +24,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 
 use crate::error::Error;
@@ -131,6 +133,7 @@ fn sandbox_routes() -> Router<AppState> {
             axum::routing::patch(sandboxes::patch_labels),
         )
         .route("/v1/sandboxes/{id}/stats", get(sandboxes::stats))
+        .route("/v1/sandboxes/{id}/port-urls", post(sandboxes::port_url))
         .route("/v1/events", get(events::events))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(
@@ -165,6 +168,10 @@ fn sandbox_routes() -> Router<AppState> {
             "/v1/sandboxes/{id}/processes/{pid}/wait",
             post(processes::wait),
         )
+        .route("/v1/sandboxes/{id}/logs", get(processes::logs))
+        .route("/v1/sandboxes/{id}/pty", post(pty::create))
+        .route("/v1/sandboxes/{id}/pty/{pid}/resize", post(pty::resize))
+        .route("/v1/sandboxes/{id}/pty/{pid}/connect", get(pty::connect))
         .route(
             "/v1/sandboxes/{id}/files",
             get(files::download)
@@ -202,22 +209,52 @@ fn other_routes() -> Router<AppState> {
         .merge(snapshots::routes())
 }
 
-/// The whole API; with a token, every request must carry it.
+/// The whole API; with a token, every request must carry it — but port requests (by path
+/// or by host), which the gateway authorizes itself (the API token is one of the ways).
 pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
+    let token = token.map(Arc::new);
     let mut app = sandbox_routes()
         .merge(other_routes())
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::disable());
-    if let Some(token) = token {
-        app = app.layer(middleware::from_fn_with_state(
-            Arc::new(token),
-            auth::require,
-        ));
+    let mut ports = Router::new()
+        .route("/v1/sandboxes/{id}/ports/{port}", any(gateway::by_path))
+        .route("/v1/sandboxes/{id}/ports/{port}/", any(gateway::by_path))
+        .route(
+            "/v1/sandboxes/{id}/ports/{port}/{*rest}",
+            any(gateway::by_path),
+        );
+    if let Some(token) = &token {
+        app = app.layer(middleware::from_fn_with_state(token.clone(), auth::require));
+        ports = ports.layer(middleware::from_fn_with_state(token.clone(), auth::mark));
     }
-    app.layer(middleware::from_fn_with_state(
-        manager.clone(),
-        count_errors,
-    ))
-    .with_state(manager)
+    ports
+        .merge(app)
+        .layer(middleware::from_fn_with_state(
+            (manager.clone(), token),
+            route_by_host,
+        ))
+        .layer(middleware::from_fn_with_state(
+            manager.clone(),
+            count_errors,
+        ))
+        .with_state(manager)
+}
+
+/// Sends a request whose `Host` names a sandbox's port (`{port}-{id}.<gateway_domain>`)
+/// to the gateway, before any API route or token check.
+async fn route_by_host(
+    State((m, token)): State<(AppState, Option<Arc<Token>>)>,
+    mut req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    let Some((id, port)) = gateway::host_target(req.headers(), req.uri(), m.gateway_domain())
+    else {
+        return next.run(req).await;
+    };
+    if let Some(token) = token {
+        auth::mark_request(&token, &mut req);
+    }
+    gateway::by_host(&m, &id, &port, req).await
 }

@@ -4,20 +4,21 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{exec, files, images, processes, sandboxes, snapshots, system, volumes};
+use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, volumes};
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
-        sandboxes::stats,
+        sandboxes::stats, sandboxes::port_url,
         super::events::events,
         sandboxes::terminate,
         exec::exec,
         processes::spawn, processes::list, processes::get, processes::output, processes::stdin,
         processes::close_stdin, processes::signal, processes::wait, processes::restart,
         processes::stop,
+        pty::create, pty::resize, pty::connect, processes::logs,
         files::download, files::upload, files::remove, files::list, files::watch, files::stat, files::mkdir,
         images::list, images::build, images::ensure, images::pull, images::build_dockerfile, images::from_snapshot, images::import, images::export, images::push, images::inspect, images::delete,
         volumes::create, volumes::list, volumes::inspect, volumes::delete,
@@ -33,7 +34,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, volume
         api_types::ProcessList, api_types::SpawnProcess, api_types::StdinModeName, api_types::OutputModeName,
         api_types::RestartPolicyName, api_types::RestartConfig, api_types::HealthCheckKind,
         api_types::HealthCheckConfig, api_types::ProcessExit, api_types::ManagedProcess,
-        api_types::SignalRequest, api_types::SignalSpec, api_types::FileEntry,
+        api_types::SignalRequest, api_types::SignalSpec, api_types::CreatePty, api_types::PtySize, api_types::PortUrlRequest, api_types::PortUrl, api_types::ResourceUse, api_types::LogEntry, api_types::FileEntry,
         api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage, api_types::PullImage, api_types::ImageDetails, api_types::ImageFromSnapshot, api_types::PushImage, api_types::PushedImage, api_types::VolumeMount, api_types::CreateVolume, api_types::Volume, api_types::VolumeList,
         api_types::BuildEvent, api_types::Health, model::State,
         model::SnapshotType, api_types::CheckpointRequest,
@@ -43,7 +44,7 @@ use super::{exec, files, images, processes, sandboxes, snapshots, system, volume
     )),
     modifiers(&CommonErrors),
     tags(
-        (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "files"),
+        (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "pty"), (name = "files"),
         (name = "images"), (name = "volumes"), (name = "snapshots"), (name = "system"),
     )
 )]

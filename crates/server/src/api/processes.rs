@@ -210,3 +210,25 @@ mod tests {
         assert!(signal_number(&SignalSpec::Name("BOGUS".into())).is_err());
     }
 }
+
+/// The sandbox log: each line its background processes write (stdout as `info`, stderr
+/// as `error`), in order, with when; NDJSON. `follow` keeps streaming (an empty line every
+/// second while quiet); a memory checkpoint ends a followed log, and the client asks again
+/// from the next `seq`.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/logs", tag = "processes",
+    params(("id" = String, Path), api_types::LogsQuery),
+    responses((status = 200, description = "NDJSON of LogEntry", content_type = "application/x-ndjson", body = api_types::LogEntry),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn logs(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<api_types::LogsQuery>,
+) -> ApiResult<Response> {
+    let follow = q.follow;
+    let lines = m.logs(&id, q).await?;
+    Ok(if follow {
+        super::ndjson::json_lines_with_heartbeat(lines)
+    } else {
+        super::ndjson::json_lines(lines)
+    })
+}

@@ -38,6 +38,21 @@ pub async fn update(
     Ok(Json(m.update(&id, req).await?))
 }
 
+/// How to reach a port of the sandbox through the gateway: its paths, host name, access
+/// token and a signed URL path (see docs/api.md, ports).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/port-urls", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    request_body = api_types::PortUrlRequest,
+    responses((status = 200, body = api_types::PortUrl), (status = 400, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn port_url(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<api_types::PortUrlRequest>,
+) -> ApiResult<Json<api_types::PortUrl>> {
+    Ok(Json(m.port_url(&id, req.port, req.expires_in_secs)?))
+}
+
 /// What a running sandbox uses now: CPU time, memory, processes, root disk, network.
 /// Reading it is not activity (no idle timeout moves, a suspended sandbox stays so: 409).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/stats", tag = "sandboxes",

@@ -50,16 +50,31 @@ fn check_env(env: &BTreeMap<String, String>) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn check_cidrs(list: &[String]) -> Result<()> {
-    for c in list {
-        let (addr, prefix) = c.split_once('/').unwrap_or((c, "32"));
-        let ok = addr.parse::<std::net::Ipv4Addr>().is_ok()
-            && prefix.parse::<u8>().is_ok_and(|p| p <= 32);
-        if !ok {
-            return Err(Error::InvalidArgument(format!("Invalid CIDR {c:?}")));
+pub(super) fn check_egress_list(list: &[String]) -> Result<()> {
+    for entry in list {
+        let parsed =
+            egress::parse_entry(entry).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        if let egress::Entry::Address(c) = parsed {
+            check_cidr(&c)?;
         }
     }
     Ok(())
+}
+
+fn check_cidr(c: &str) -> Result<()> {
+    let (addr, _) = c.split_once('/').unwrap_or((c, ""));
+    if addr.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Err(Error::InvalidArgument(format!(
+            "Invalid egress entry {c:?}: IPv6 rules are not taken, because sandboxes have \
+             IPv4 networking only and every IPv6 packet they send is dropped"
+        )));
+    }
+    c.parse::<runtime::Cidr>().map(drop).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "Invalid egress entry {c:?}: not an IPv4 address or CIDR (a.b.c.d or a.b.c.d/n, \
+             n up to 32)"
+        ))
+    })
 }
 
 /// Merges the `network` object with the SDK's top-level spelling.
@@ -78,8 +93,8 @@ pub(super) fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
     if let Some(d) = &req.deny_out {
         net.deny_out.clone_from(d);
     }
-    check_cidrs(&net.allow_out)?;
-    check_cidrs(&net.deny_out)?;
+    check_egress_list(&net.allow_out)?;
+    check_egress_list(&net.deny_out)?;
     if net.mode == NetworkModeName::None && !(net.allow_out.is_empty() && net.deny_out.is_empty()) {
         return Err(Error::Unsupported(
             "allow_out and deny_out need network mode internet".into(),
@@ -218,8 +233,22 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
         fork: None,
         error: None,
         entrypoint: req.entrypoint.clone(),
+        public_ports: req.public_ports.unwrap_or(false),
+        exposed_ports: req.exposed_ports.clone().map(ports_list).transpose()?,
     };
     Ok(SandboxRow { view, boot })
+}
+
+/// A port list as kept: sorted, each once; port 0 is refused.
+pub(super) fn ports_list(mut ports: Vec<u16>) -> Result<Vec<u16>> {
+    if ports.contains(&0) {
+        return Err(Error::InvalidArgument(
+            "exposed_ports: port 0 is not a port; use 1-65535".into(),
+        ));
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    Ok(ports)
 }
 
 /// Disks are thin, but one asked larger than what the host disk has free beyond its
@@ -460,7 +489,18 @@ mod tests {
                 ..Default::default()
             },
             CreateSandbox {
-                allow_out: Some(vec!["nope".into()]),
+                allow_internet_access: Some(true),
+                allow_out: Some(vec!["not a host".into()]),
+                ..Default::default()
+            },
+            CreateSandbox {
+                allow_internet_access: Some(true),
+                deny_out: Some(vec!["*.*.example.com".into()]),
+                ..Default::default()
+            },
+            CreateSandbox {
+                allow_internet_access: Some(true),
+                allow_out: Some(vec!["2001:db8::/32".into()]),
                 ..Default::default()
             },
         ];

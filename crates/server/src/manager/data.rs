@@ -65,6 +65,7 @@ impl Manager {
     /// ones back until the returned guard is dropped.
     pub(super) async fn drain(&self, entry: &super::Entry) -> Result<Drained> {
         let id = entry.view().id;
+        entry.preempt.send_modify(|n| *n += 1);
         tokio::time::timeout(DRAIN, entry.plane.clone().write_owned())
             .await
             .map_err(|_| {
@@ -308,7 +309,10 @@ fn holding<T: Send + 'static>(plane: PlaneGuard, mut inner: Stream<T>) -> Stream
 /// The next item of `inner`, or `None` as soon as the reader of `tx` goes away — not at
 /// the next item: dropping `inner` then lets its producer close the agent connection, and
 /// the plane guard go, at once.
-async fn next_for<T, U>(tx: &mpsc::Sender<U>, inner: &mut Stream<T>) -> Option<BackendResult<T>> {
+pub(super) async fn next_for<T, U>(
+    tx: &mpsc::Sender<U>,
+    inner: &mut Stream<T>,
+) -> Option<BackendResult<T>> {
     tokio::select! {
         item = inner.recv() => item,
         () = tx.closed() => None,

@@ -134,6 +134,9 @@ fn child_row(rec: &SnapshotRecord, c: &Child, id: String) -> Result<SandboxRow> 
         }),
         error: None,
         entrypoint: None,
+        // A fork's ports are private whatever its parent's were.
+        public_ports: false,
+        exposed_ports: None,
     };
     Ok(SandboxRow { view, boot })
 }

@@ -12,8 +12,11 @@ pub mod events;
 mod fork;
 mod images;
 mod lineage;
+mod logs;
 mod pool;
+mod ports;
 mod pressure;
+mod pty;
 mod reaper;
 mod recover;
 mod snapshots;
@@ -44,6 +47,7 @@ pub use admission::{Admission, Policy};
 pub use events::{Events, KEEP_EVENTS};
 pub use images::{validate_build, BUILDERS};
 pub use pool::PoolGauge;
+pub use ports::{unix_now, PortConnection, PortCredentials};
 pub use reaper::on_timeout;
 pub use snapshots::CheckpointArgs;
 
@@ -55,6 +59,11 @@ pub(crate) struct Entry {
     /// until it ends); a memory checkpoint holds it exclusively, so it starts once they
     /// have drained and new ones wait for it (see [`data::DRAIN`]).
     plane: Arc<tokio::sync::RwLock<()>>,
+    /// Bumped when a memory checkpoint wants the plane: sessions that would otherwise
+    /// hold it indefinitely (terminals) end, and their clients reconnect after.
+    preempt: tokio::sync::watch::Sender<u64>,
+    /// Room for gateway connections to its ports (`gateway_connections_per_sandbox`).
+    gateway: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
     row: Mutex<SandboxRow>,
     last_active: Mutex<Instant>,
     /// OOM kills counted at the last liveness probe ([`UNSEEN`] for a sandbox adopted
@@ -70,6 +79,8 @@ impl Entry {
         Arc::new(Entry {
             op: tokio::sync::Mutex::new(()),
             plane: Arc::new(tokio::sync::RwLock::new(())),
+            preempt: tokio::sync::watch::Sender::new(0),
+            gateway: std::sync::OnceLock::new(),
             row: Mutex::new(row),
             last_active: Mutex::new(Instant::now()),
             // A new sandbox's cgroup has seen no OOM kill.
@@ -154,6 +165,8 @@ pub struct Manager {
     busy: std::sync::atomic::AtomicUsize,
     /// What happened to sandboxes, for `GET /v1/events`.
     events: events::Events,
+    /// The daemon's secret as the gateway derives port tokens from it, read on first use.
+    port_key: std::sync::OnceLock<crate::snapkey::SnapshotKey>,
     me: Weak<Manager>,
 }
 
@@ -185,6 +198,7 @@ impl Manager {
             lineage: tokio::sync::Mutex::new(()),
             busy: std::sync::atomic::AtomicUsize::new(0),
             events: events::Events::default(),
+            port_key: std::sync::OnceLock::new(),
             me: me.clone(),
         });
         manager.recover().await?;

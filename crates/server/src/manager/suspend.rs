@@ -9,6 +9,7 @@ use super::snapshots::CheckpointArgs;
 use super::{lock, Manager};
 use crate::backend::RestoreFrom;
 use crate::error::{Error, Result};
+use crate::snapshots::SnapshotRecord;
 use api_types::Sandbox;
 use model::SnapshotType;
 use model::{interrupted, plan, Op, State};
@@ -87,7 +88,7 @@ impl Manager {
                 entry.oom_seen.store(0, std::sync::atomic::Ordering::SeqCst);
                 self.set_state(&entry, p.success, None).await?;
                 entry.touch();
-                self.remove_snapshot(&rec).await?;
+                self.remove_suspended_state_later(entry.clone(), rec);
                 tracing::info!(sandbox = %id, "sandbox resumed");
                 Ok(entry.view())
             }
@@ -97,6 +98,23 @@ impl Manager {
                 Err(e.into())
             }
         }
+    }
+
+    /// Removes the suspended state of a resumed sandbox off the resume's path (its memory
+    /// images take time to delete, and a request resumed on access is waiting). The
+    /// sandbox's next lifecycle operation waits for it: a new suspend reuses the id. Left
+    /// behind by a crash, the row is replaced by the next suspend and its files swept.
+    fn remove_suspended_state_later(&self, entry: Arc<super::Entry>, rec: SnapshotRecord) {
+        let manager = self.weak_self();
+        tokio::spawn(async move {
+            let _op = entry.op.lock().await;
+            let Some(m) = manager.upgrade() else {
+                return;
+            };
+            if let Err(e) = m.remove_snapshot(&rec).await {
+                tracing::warn!(snapshot = %rec.view.id, error = %e.message(), "removing the suspended state failed");
+            }
+        });
     }
 
     /// A suspend or resume cut short by a daemon restart. A suspend whose state was not

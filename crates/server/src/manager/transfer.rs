@@ -10,7 +10,7 @@ use super::Manager;
 use crate::backend::BootSpec;
 use crate::error::{Error, Result};
 use crate::snapfile;
-use crate::snapkey::{self, SnapshotKey};
+use crate::snapkey;
 use crate::snapshots::SnapshotRecord;
 
 const MANIFEST: &str = "manifest.json";
@@ -37,11 +37,6 @@ impl Manager {
     /// Scratch space for exports and imports (emptied at start-up).
     pub(super) fn transfer_dir(&self) -> PathBuf {
         self.config.data_dir.join("tmp").join("snapshot-transfer")
-    }
-
-    /// The key exports are signed with and memory images must be signed with on import.
-    fn snapshot_key(&self) -> Result<SnapshotKey> {
-        SnapshotKey::load_or_create(&self.config.data_dir.join(snapkey::FILE)).map_err(host)
     }
 
     fn scratch(&self, prefix: &str) -> Result<Scratch> {
@@ -76,7 +71,7 @@ impl Manager {
         }
         let out = self.transfer_dir().join(unique(&format!("{id}.sfs"))?);
         let out2 = out.clone();
-        let key = self.snapshot_key()?;
+        let key = self.read_secret_key()?;
         tokio::task::spawn_blocking(move || snapfile::write(&out2, &entries, &|d| key.sign(d)))
             .await
             .map_err(host)?
@@ -145,7 +140,7 @@ impl Manager {
         kind: SnapshotType,
         trust: bool,
     ) -> Result<()> {
-        let key = self.snapshot_key()?;
+        let key = self.read_secret_key()?;
         if got.signature.is_some_and(|s| key.signed(&got.digest, &s)) {
             return Ok(());
         }

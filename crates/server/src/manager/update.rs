@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use api_types::{LabelsPatch, NetworkModeName, Sandbox, UpdateSandbox};
 use model::{labels, State};
 
-use super::create::{check_cidrs, check_name};
+use super::create::{check_egress_list, check_name};
 use super::{lock, Manager};
 use crate::error::{Error, Result};
 
@@ -16,8 +16,8 @@ impl Manager {
         self.check_open()?;
         if req == UpdateSandbox::default() {
             return Err(Error::InvalidArgument(
-                "Nothing to change: give name, labels, allow_out, deny_out, timeout_secs or \
-                 on_timeout"
+                "Nothing to change: give name, labels, allow_out, deny_out, timeout_secs, \
+                 on_timeout, public_ports or exposed_ports"
                     .into(),
             ));
         }
@@ -30,8 +30,13 @@ impl Manager {
         super::reaper::check_timeout(req.timeout_secs)?;
         let egress = req.allow_out.is_some() || req.deny_out.is_some();
         for list in [&req.allow_out, &req.deny_out].into_iter().flatten() {
-            check_cidrs(list)?;
+            check_egress_list(list)?;
         }
+        let exposed = req
+            .exposed_ports
+            .clone()
+            .map(super::create::ports_list)
+            .transpose()?;
         let entry = self.find(id_or_name)?;
         let _op = entry.op.lock().await;
         let view = entry.view();
@@ -56,8 +61,15 @@ impl Manager {
             req.labels,
             egress.then_some((allow, deny)),
         )?;
-        if req.timeout_secs.is_some() || req.on_timeout.is_some() {
+        let ports = req.public_ports.is_some() || req.exposed_ports.is_some();
+        if req.timeout_secs.is_some() || req.on_timeout.is_some() || ports {
             let mut row = lock(&entry.row);
+            if let Some(list) = exposed {
+                row.view.exposed_ports = Some(list);
+            }
+            if let Some(public) = req.public_ports {
+                row.view.public_ports = public;
+            }
             if let Some(secs) = req.timeout_secs {
                 row.view.timeout_secs = secs;
             }

@@ -49,17 +49,7 @@ fn stats_of(view: &Sandbox, u: ResourceUse) -> SandboxStats {
     SandboxStats {
         id: view.id.clone(),
         sampled_at: super::now_rfc3339(),
-        cpu_seconds: u.cpu_seconds,
         cpus: view.cpus,
-        memory_bytes: u.memory_bytes,
-        memory_limit_bytes: u.memory_limit_bytes,
-        pids: u.pids,
-        oom_kills: u.oom_kills,
-        disk_used_bytes: u.disk_used_bytes,
-        disk_total_bytes: u.disk_total_bytes,
-        net_rx_bytes: u.net_rx_bytes,
-        net_tx_bytes: u.net_tx_bytes,
-        net_rx_packets: u.net_rx_packets,
-        net_tx_packets: u.net_tx_packets,
+        usage: u,
     }
 }

@@ -65,19 +65,18 @@ impl Manager {
     /// probe (for a sandbox adopted from a previous daemon, the first reading only sets
     /// the mark).
     async fn check_oom(&self, entry: &Entry, id: &str) {
-        let Ok(used) = self.backend.stats(id).await else {
+        let Ok(kills) = self.backend.oom_kills(id).await else {
             return;
         };
-        let seen = entry.oom_seen.swap(used.oom_kills, Ordering::SeqCst);
-        if seen != UNSEEN && used.oom_kills > seen {
-            let killed = used.oom_kills - seen;
+        let seen = entry.oom_seen.swap(kills, Ordering::SeqCst);
+        if seen != UNSEEN && kills > seen {
+            let killed = kills - seen;
             self.events.emit(
                 api_types::EventKind::Oom,
                 &entry.view(),
                 None,
                 Some(format!(
-                    "{killed} process(es) killed for want of memory ({} since it started)",
-                    used.oom_kills
+                    "{killed} process(es) killed for want of memory ({kills} since it started)"
                 )),
             );
         }

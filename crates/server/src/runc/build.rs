@@ -74,6 +74,7 @@ impl RuncBackend {
             NetworkMode::Internet {
                 allow_out: Vec::new(),
                 deny_out: Vec::new(),
+                by_name: None,
             }
         } else {
             NetworkMode::None

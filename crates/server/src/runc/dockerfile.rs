@@ -285,6 +285,7 @@ impl RuncBackend {
             network: NetworkMode::Internet {
                 allow_out: Vec::new(),
                 deny_out: Vec::new(),
+                by_name: None,
             },
             volumes: Vec::new(),
         };

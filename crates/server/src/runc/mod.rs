@@ -21,7 +21,11 @@ use tokio::sync::mpsc;
 use crate::backend::*;
 use crate::config::Config;
 
+/// How long a connection to a sandbox's port may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 mod build;
+mod dns;
 mod dockerfile;
 mod errors;
 mod pull;
@@ -43,6 +47,8 @@ pub struct RuncBackend {
     puller: Arc<registry::Puller>,
     /// Named volumes, `<data>/volumes`.
     volumes: runtime::volume::Volumes,
+    /// Resolvers of sandboxes whose egress lists name hosts.
+    resolvers: dns::Resolvers,
 }
 
 impl RuncBackend {
@@ -80,7 +86,9 @@ impl RuncBackend {
             insecure: config.insecure_registries.clone(),
             docker_config: config.registry_docker_config,
         };
+        let resolvers = dns::Resolvers::new(config, runtime.clone())?;
         Ok(RuncBackend {
+            resolvers,
             puller: Arc::new(registry::Puller::new(registries, blobs)),
             volumes: runtime::volume::Volumes::new(data.join("volumes")),
             memory_merge: config.memory_merge,
@@ -106,6 +114,22 @@ impl RuncBackend {
             .insert(handle.id.clone(), client);
     }
 
+    /// A sandbox started: its agent is remembered and, with `internet`, its resolver
+    /// started (on failure the sandbox is taken down again).
+    async fn started(&self, spec: &BootSpec, handle: &runtime::SandboxHandle) -> BackendResult<()> {
+        self.remember(handle);
+        let lists = dns::Lists::parse(&spec.network.allow_out, &spec.network.deny_out)?;
+        if let Err(e) = self
+            .resolvers
+            .started(&spec.id, handle.net.clone(), &lists)
+            .await
+        {
+            let _ = self.destroy(&spec.id).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// The image's defaults when its name still points at the same layer.
     fn image_ref(&self, i: &ImageSpec) -> ImageRef {
         match self.images.get(&i.name) {
@@ -123,19 +147,11 @@ impl RuncBackend {
     /// The runtime's spec of a sandbox; its volumes are mounted on the host first.
     fn spec(&self, b: &BootSpec) -> BackendResult<SandboxSpec> {
         let network = if b.network.internet {
+            let lists = dns::Lists::parse(&b.network.allow_out, &b.network.deny_out)?;
             NetworkMode::Internet {
-                allow_out: b
-                    .network
-                    .allow_out
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .collect(),
-                deny_out: b
-                    .network
-                    .deny_out
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .collect(),
+                by_name: Some(lists.by_name()),
+                allow_out: lists.allow,
+                deny_out: lists.deny,
             }
         } else {
             NetworkMode::None
@@ -262,7 +278,7 @@ impl Backend for RuncBackend {
             .create(self.spec(spec)?)
             .await
             .map_err(host_err)?;
-        self.remember(&h);
+        self.started(spec, &h).await?;
         Ok(booted(&h))
     }
 
@@ -273,6 +289,14 @@ impl Backend for RuncBackend {
             .await
             .map_err(agent_err)?;
         self.remember(&h);
+        let lists = dns::Lists::parse(&spec.network.allow_out, &spec.network.deny_out)?;
+        if let Err(e) = self
+            .resolvers
+            .started(&spec.id, h.net.clone(), &lists)
+            .await
+        {
+            tracing::warn!(sandbox = %spec.id, error = %e, "adopted without its DNS resolver");
+        }
         Ok(booted(&h))
     }
 
@@ -281,6 +305,7 @@ impl Backend for RuncBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
+        self.resolvers.stop(id).await;
         // A disk server that is still exiting can hold the disk for a moment: retry briefly.
         let mut attempt = 0;
         loop {
@@ -297,6 +322,24 @@ impl Backend for RuncBackend {
     async fn dead_reason(&self, id: &str) -> BackendResult<Option<String>> {
         let found = self.runtime.liveness(id).await.map_err(host_err)?;
         Ok(found.reason())
+    }
+
+    async fn logs(
+        &self,
+        id: &str,
+        since: u64,
+        follow: bool,
+    ) -> BackendResult<Stream<Vec<proto::agent::LogLine>>> {
+        let stream = self
+            .agent(id)?
+            .logs(since, follow)
+            .await
+            .map_err(agent_err)?;
+        Ok(streams::pump_logs(stream))
+    }
+
+    async fn oom_kills(&self, id: &str) -> BackendResult<u64> {
+        self.runtime.oom_kills(id).await.map_err(host_err)
     }
 
     async fn stats(&self, id: &str) -> BackendResult<crate::backend::ResourceUse> {
@@ -330,6 +373,68 @@ impl Backend for RuncBackend {
             .ok_or_else(|| BackendError::NotFound(format!("Process {pid} not found")))
     }
 
+    async fn connect_port(&self, id: &str, port: u16) -> BackendResult<tokio::net::TcpStream> {
+        let pid = self.agent(id)?.pid().ok_or_else(|| {
+            BackendError::Unavailable(format!("Sandbox {id} has no known init process"))
+        })?;
+        let connect = tokio::task::spawn_blocking(move || {
+            runtime::net::connect_in_netns(pid, port, CONNECT_TIMEOUT)
+        });
+        let stream = connect
+            .await
+            .map_err(|e| BackendError::Host(e.to_string()))?
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut => {
+                    BackendError::Refused(format!(
+                        "Nothing listens on port {port} in sandbox {id} ({e})"
+                    ))
+                }
+                _ => BackendError::Host(format!("Cannot reach port {port} in sandbox {id}: {e}")),
+            })?;
+        stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream))
+            .map_err(|e| BackendError::Host(e.to_string()))
+    }
+
+    async fn spawn_pty(
+        &self,
+        id: &str,
+        req: SpawnRequest,
+        size: proto::agent::PtySize,
+    ) -> BackendResult<ProcessInfo> {
+        let agent = self.agent(id)?;
+        let (pid, _) = agent.spawn_pty(req, size).await.map_err(spawn_err)?;
+        let list = agent.list_processes().await.map_err(agent_err)?;
+        list.into_iter()
+            .find(|p| p.id == pid)
+            .ok_or_else(|| BackendError::NotFound(format!("Process {pid} not found")))
+    }
+
+    async fn pty_connect(&self, id: &str, pid: u64, offset: u64) -> BackendResult<PtyChannel> {
+        let (output, input) = self
+            .agent(id)?
+            .pty_connect(pid, offset)
+            .await
+            .map_err(agent_err)?;
+        Ok(PtyChannel {
+            output: pump_attach(output),
+            input: streams::pump_pty_input(input),
+        })
+    }
+
+    async fn resize_pty(
+        &self,
+        id: &str,
+        pid: u64,
+        size: proto::agent::PtySize,
+    ) -> BackendResult<()> {
+        self.agent(id)?
+            .resize_pty(pid, size)
+            .await
+            .map_err(agent_err)
+    }
+
     async fn processes(&self, id: &str) -> BackendResult<Vec<ProcessInfo>> {
         self.agent(id)?.list_processes().await.map_err(agent_err)
     }
@@ -340,16 +445,17 @@ impl Backend for RuncBackend {
         allow_out: &[String],
         deny_out: &[String],
     ) -> BackendResult<()> {
-        let cidrs = |list: &[String]| {
-            list.iter()
-                .map(|c| {
-                    c.parse()
-                        .map_err(|_| BackendError::InvalidInput(format!("Invalid CIDR {c:?}")))
-                })
-                .collect::<BackendResult<Vec<_>>>()
-        };
+        let lists = dns::Lists::parse(allow_out, deny_out)?;
+        // The resolver takes the new names first, so no answer under the old ones lands
+        // in the sets after the runtime has emptied them.
+        self.resolvers.changed(id, &lists).await?;
         self.runtime
-            .set_egress(id, cidrs(allow_out)?, cidrs(deny_out)?)
+            .set_egress(
+                id,
+                lists.allow.clone(),
+                lists.deny.clone(),
+                Some(lists.by_name()),
+            )
             .await
             .map_err(host_err)
     }

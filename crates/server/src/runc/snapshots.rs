@@ -77,7 +77,7 @@ impl RuncBackend {
             .restore(self.spec(spec)?, source, opts)
             .await
             .map_err(host_err)?;
-        self.remember(&h);
+        self.started(spec, &h).await?;
         Ok(booted(&h))
     }
 
@@ -92,7 +92,7 @@ impl RuncBackend {
             .park(self.spec(spec)?, source)
             .await
             .map_err(host_err)?;
-        self.remember(&h);
+        self.started(spec, &h).await?;
         Ok(booted(&h))
     }
 

@@ -22,7 +22,7 @@ socket ``/var/lib/sandfork/sandfork.sock``; or pass ``client=Client(url=...)``
 from ._streams import ExecStream, OutputStream
 from ._trace import Traced, TracedBytes, TracedList
 from ._transport import DEFAULT_SOCKET, Client, Features, parse_url
-from ._unsupported import AsyncPty, Desktop, Pty, create_file_system, delete_file_system, list_file_systems
+from ._unsupported import Desktop, create_file_system, delete_file_system, list_file_systems
 from .errors import (
     ArgumentTypeError,
     ArgumentValueError,
@@ -116,7 +116,10 @@ from .snapshot import CopiedSandbox, ForkChild, ForkError, ForkResult, Snapshot
 from .images import Image
 from .volumes import Volume
 from .events import EventStream, FileEvent, FileWatch, SandboxEvent, events
+from .pty import PtyCommands, PtySession
+from .pty import PtySession as Pty  # Tensorlake's name for a terminal session
 from .aio import AsyncForkResult, AsyncProcess, AsyncSandbox, AsyncSnapshot  # noqa: E402 - needs Sandbox
+from .aio import AsyncPtySession as AsyncPty  # noqa: E402 - Tensorlake's name
 from .client import AsyncSandboxClient, SandboxClient  # noqa: E402 - needs AsyncSandbox
 
 __version__ = "0.2.0"
@@ -158,7 +161,7 @@ __all__ = sorted(
         "AuthError", "BadRequestError", "CapacityError", "Client", "ConflictError", "ConnectionError", "CopiedSandbox",
         "DirectoryListing", "ExecStream", "FeatureNotSupportedError", "Features", "ForkChild", "ForkError", "ForkResult",
         "InvalidArgumentError", "NotFoundError", "OutputStream", "Process", "ProtocolError", "RequestTimeoutError",
-        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume", "SandboxStats", "SandboxEvent", "EventStream", "events", "FileEvent", "FileWatch",
+        "SandboxNotFoundAPIError", "SandforkError", "SandforkTimeoutError", "ServerError", "Snapshot", "TooLargeError", "Image", "Volume", "SandboxStats", "SandboxEvent", "EventStream", "events", "FileEvent", "FileWatch", "PtyCommands", "PtySession",
         "Traced", "TracedBytes", "TracedList", "TransportTimeoutError", "UnavailableError", "UnsupportedError",
         "__version__", "parse_url",
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
@@ -94,17 +93,14 @@ def check_enum(name: str, enum: Type[Any], value: Any) -> Any:
 
 
 def egress_rules(name: str, value: Any) -> Optional[List[str]]:
-    """An ``allow_out``/``deny_out`` list: IP addresses and CIDRs (hostnames are not supported)."""
+    """An ``allow_out``/``deny_out`` list: IPv4 addresses, CIDRs, hostnames and wildcards
+    (``*.example.com``). The daemon checks each entry and names what is wrong with it."""
     rules = check_str_list(name, value)
     if rules is None:
         return None
     for rule in rules:
-        try:
-            ipaddress.ip_network(rule.strip(), strict=False)
-        except ValueError:
-            raise errors.not_supported(
-                "hostname egress rules", f"{name} takes IPv4 addresses and CIDRs in sandfork, not {rule!r}"
-            ) from None
+        if not rule.strip():
+            raise errors.ArgumentValueError(f"{name} entries must not be empty")
     return rules
 
 

@@ -9,24 +9,6 @@ from . import errors
 from .models import FileSystem
 
 
-def _pty() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("interactive terminals (PTY)", "run commands with run() or start_process(stdin_mode='pipe')")
-
-
-class Pty:
-    """Tensorlake's interactive terminal. Not supported: constructing one raises."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise _pty()
-
-
-class AsyncPty:
-    """Tensorlake's async interactive terminal. Not supported: constructing one raises."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise _pty()
-
-
 class Desktop:
     """Tensorlake's remote desktop (VNC) client. Not supported: constructing one raises."""
 

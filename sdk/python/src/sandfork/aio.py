@@ -45,6 +45,7 @@ from .models import (
     SnapshotInfo,
 )
 from .process import Process, SignalLike
+from .pty import PtyCommands, PtySession
 from .sandbox import Command, Sandbox
 from .images import Image
 from .snapshot import CopiedSandbox, ForkChild, ForkResult, Snapshot
@@ -141,6 +142,78 @@ class AsyncEventStream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class AsyncPtySession:
+    """The async twin of :class:`~sandfork.pty.PtySession`: ``async for chunk in session``,
+    ``await session.send(...)``, ``await session.wait()``."""
+
+    def __init__(self, sync: PtySession) -> None:
+        self.sync = sync
+        self._iter: Any = None
+
+    @property
+    def pid(self) -> int:
+        return self.sync.pid
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.sync.exit_code
+
+    def __aiter__(self) -> "AsyncPtySession":
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._iter is None:
+            self._iter = iter(self.sync)
+        chunk = await _call(next, self._iter, _END)
+        if chunk is _END:
+            raise StopAsyncIteration
+        return chunk  # type: ignore[return-value]
+
+    async def send(self, data: Union[bytes, str]) -> None:
+        await _call(self.sync.send, data)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await _call(self.sync.resize, cols, rows)
+
+    async def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        return await _call(self.sync.wait, timeout)
+
+    async def kill(self) -> None:
+        await _call(self.sync.kill)
+
+    async def close(self) -> None:
+        await _call(self.sync.close)
+
+    async def __aenter__(self) -> "AsyncPtySession":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncPtyCommands:
+    """The async twin of :class:`~sandfork.pty.PtyCommands` (``AsyncSandbox.pty``);
+    ``on_data`` callbacks run on the event loop."""
+
+    def __init__(self, sync: PtyCommands) -> None:
+        self.sync = sync
+
+    async def create(self, command: Optional[str] = None, args: Optional[List[str]] = None, *, on_data: Optional[Callable[[bytes], Any]] = None, **kwargs: Any) -> AsyncPtySession:
+        return AsyncPtySession(await _call(self.sync.create, command, args, on_data=_on_loop(on_data), **kwargs))  # type: ignore[arg-type]
+
+    async def connect(self, pid: int, *, offset: int = 0, on_data: Optional[Callable[[bytes], Any]] = None) -> AsyncPtySession:
+        return AsyncPtySession(await _call(self.sync.connect, pid, offset=offset, on_data=_on_loop(on_data)))  # type: ignore[arg-type]
+
+    async def send_input(self, pid: int, data: Union[bytes, str]) -> None:
+        await _call(self.sync.send_input, pid, data)
+
+    async def resize(self, pid: int, cols: int, rows: int) -> None:
+        await _call(self.sync.resize, pid, cols, rows)
+
+    async def kill(self, pid: int) -> None:
+        await _call(self.sync.kill, pid)
 
 
 def events(client: Optional[Client] = None, *, sandbox_id: Optional[str] = None, since: Optional[int] = None, follow: bool = True) -> AsyncEventStream:
@@ -538,6 +611,7 @@ class AsyncSandbox:
     info = _mirror("info")
     update = _mirror("update")
     update_labels = _mirror("update_labels")
+    update_network = _mirror("update_network")
     set_timeout = _mirror("set_timeout")
 
     def events(self, *, since: Optional[int] = 0, follow: bool = True) -> AsyncEventStream:
@@ -547,8 +621,21 @@ class AsyncSandbox:
     async def watch_dir(self, path: str, *, recursive: bool = False) -> AsyncEventStream:
         """Watches a directory (see :meth:`Sandbox.watch_dir`); live once awaited."""
         return await AsyncEventStream(lambda: self.sync.watch_dir(path, recursive=recursive)).open()
+    async def logs(self, **kwargs: Any) -> AsyncEventStream:
+        """The sandbox log (see :meth:`Sandbox.logs`) as an async iterator of
+        :class:`~sandfork.events.LogEntry`."""
+        return await AsyncEventStream(lambda: self.sync.logs(**kwargs)).open()
+
     stats = _mirror("stats")
+    get_url = _mirror("get_url")
+    get_host = _mirror("get_host")
+    port_token = _mirror("port_token")
     terminate = _mirror("terminate")
+
+    @property
+    def pty(self) -> AsyncPtyCommands:
+        """Terminal sessions (see :attr:`Sandbox.pty`)."""
+        return AsyncPtyCommands(self.sync.pty)
 
     def close(self) -> None:
         """Releases the handle; the sandbox keeps running."""
@@ -655,8 +742,14 @@ class AsyncSandbox:
     health = _mirror("health")
     daemon_info = _mirror("daemon_info")
     create_pty_session = _mirror("create_pty_session")
-    connect_pty = _mirror("connect_pty")
-    create_pty = _mirror("create_pty")
+
+    async def connect_pty(self, session_id: str, token: str, *, on_data: Optional[Callable[[bytes], Any]] = None, on_exit: Optional[Callable[[Optional[int]], Any]] = None, connect_timeout: float = 10.0) -> AsyncPtySession:
+        """Attaches to a terminal session (see :meth:`Sandbox.connect_pty`); callbacks run on the loop."""
+        return AsyncPtySession(await _call(self.sync.connect_pty, session_id, token, on_data=_on_loop(on_data), on_exit=_on_loop(on_exit)))  # type: ignore[arg-type]
+
+    async def create_pty(self, command: str, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, working_dir: Optional[str] = None, rows: int = 24, cols: int = 80, *, on_data: Optional[Callable[[bytes], Any]] = None, on_exit: Optional[Callable[[Optional[int]], Any]] = None, connect_timeout: float = 10.0) -> AsyncPtySession:
+        """Starts a command on a new terminal and attaches (see :meth:`Sandbox.create_pty`)."""
+        return AsyncPtySession(await _call(self.sync.create_pty, command, args, env, working_dir, rows, cols, on_data=_on_loop(on_data), on_exit=_on_loop(on_exit)))  # type: ignore[arg-type]
     connect_desktop = _mirror("connect_desktop")
     get_logs = _mirror("get_logs")
     list_log_processes = _mirror("list_log_processes")

@@ -43,9 +43,9 @@ from .sandbox import (
     ProgressCallback,
     Sandbox,
     _no_file_systems,
-    _no_logs,
     _no_proxy,
     build_create,
+    check_ports,
     check_wait_until,
     client_for,
     ensure_image,
@@ -61,10 +61,6 @@ def _no_pools() -> errors.FeatureNotSupportedError:
 
 def _no_archive() -> errors.FeatureNotSupportedError:
     return errors.not_supported("archived sandboxes", "terminated sandboxes are listed with Sandbox.list(state='terminated')")
-
-
-def _no_ports() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("port exposure", "reach services inside the sandbox with run() or start_process()", plural=False)
 
 
 class SandboxClient:
@@ -378,16 +374,28 @@ class SandboxClient:
         raise _no_archive()
 
     def get_port_access(self, sandbox_id: str) -> SandboxPortAccess:
-        """Port exposure is not supported: raises ``NotImplementedError``."""
-        raise _no_ports()
+        """How the sandbox's ports are reached through the daemon's gateway."""
+        sb = Sandbox(sandbox_id, client=self._client)
+        info = sb.info()
+        return SandboxPortAccess(
+            allow_unauthenticated_access=info.allow_unauthenticated_access,
+            exposed_ports=list(info.exposed_ports) if info.exposed_ports is not None else [],
+            ingress_endpoint=sb.get_host(1).split(".", 1)[1],
+            sandbox_url=sb.get_url(1, signed=False).rsplit("/ports/", 1)[0] + "/ports",
+        )
 
     def expose_ports(self, sandbox_id: str, ports: List[int], *, allow_unauthenticated_access: Optional[bool] = None) -> SandboxInfo:
-        """Port exposure is not supported: raises ``NotImplementedError``."""
-        raise _no_ports()
+        """Adds ``ports`` to those the gateway serves (a sandbox that exposed no list
+        served any port: it now serves these only)."""
+        sb = Sandbox(sandbox_id, client=self._client)
+        now = sb.info().exposed_ports or []
+        return sb.update(exposed_ports=sorted(set(now) | set(check_ports(ports) or [])), allow_unauthenticated_access=allow_unauthenticated_access)
 
     def unexpose_ports(self, sandbox_id: str, ports: List[int]) -> SandboxInfo:
-        """Port exposure is not supported: raises ``NotImplementedError``."""
-        raise _no_ports()
+        """Removes ``ports`` from those the gateway serves."""
+        sb = Sandbox(sandbox_id, client=self._client)
+        now = sb.info().exposed_ports or []
+        return sb.update(exposed_ports=sorted(set(now) - set(check_ports(ports) or [])))
 
     def get_logs(
         self,
@@ -399,13 +407,13 @@ class SandboxClient:
         head: Optional[int] = None,
         tail: Optional[int] = None,
         body: Optional[str] = None,
-    ) -> SandboxLogsResponse:
-        """Sandbox logs are not supported: raises ``NotImplementedError``."""
-        raise _no_logs()
+    ) -> Any:
+        """A page of a sandbox's log (see :meth:`Sandbox.get_logs`)."""
+        return Sandbox(sandbox_id, client=self._client).get_logs(levels=levels, process_ids=process_ids, next_token=next_token, head=head, tail=tail, body=body)
 
-    def list_log_processes(self, sandbox_id: str) -> SandboxProcessLogFiltersResponse:
-        """Sandbox logs are not supported: raises ``NotImplementedError``."""
-        raise _no_logs()
+    def list_log_processes(self, sandbox_id: str) -> Any:
+        """The processes with lines in a sandbox's log (see :meth:`Sandbox.list_log_processes`)."""
+        return Sandbox(sandbox_id, client=self._client).list_log_processes()
 
     def attach_file_system(self, sandbox_id: str, file_system_id: str, mount_path: str, *, read_only: bool = False, prefetch: bool = False, snapshot_id: Optional[str] = None) -> SandboxInfo:
         """File systems are not supported: raises ``NotImplementedError``."""
@@ -543,19 +551,19 @@ class AsyncSandboxClient:
         raise _no_archive()
 
     async def get_port_access(self, sandbox_id: str) -> SandboxPortAccess:
-        raise _no_ports()
+        return await _call(self.sync.get_port_access, sandbox_id)
 
     async def expose_ports(self, sandbox_id: str, ports: List[int], *, allow_unauthenticated_access: Optional[bool] = None) -> SandboxInfo:
-        raise _no_ports()
+        return await _call(self.sync.expose_ports, sandbox_id, ports, allow_unauthenticated_access=allow_unauthenticated_access)
 
     async def unexpose_ports(self, sandbox_id: str, ports: List[int]) -> SandboxInfo:
-        raise _no_ports()
+        return await _call(self.sync.unexpose_ports, sandbox_id, ports)
 
-    async def get_logs(self, sandbox_id: str, **kwargs: Any) -> SandboxLogsResponse:
-        raise _no_logs()
+    async def get_logs(self, sandbox_id: str, **kwargs: Any) -> Any:
+        return await _call(self.sync.get_logs, sandbox_id, **kwargs)
 
-    async def list_log_processes(self, sandbox_id: str) -> SandboxProcessLogFiltersResponse:
-        raise _no_logs()
+    async def list_log_processes(self, sandbox_id: str) -> Any:
+        return await _call(self.sync.list_log_processes, sandbox_id)
 
     async def attach_file_system(self, sandbox_id: str, file_system_id: str, mount_path: str, **kwargs: Any) -> SandboxInfo:
         raise _no_file_systems()

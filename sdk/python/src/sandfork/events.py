@@ -121,6 +121,48 @@ class FileWatch(_LineStream):
         self.close()
 
 
+@dataclass(frozen=True)
+class LogEntry:
+    """One line of the sandbox log: ``seq`` (its place, from 1), when the agent read it,
+    the process (``pid``, and its name or command line), ``stream`` (``stdout`` or
+    ``stderr``), ``level`` (``info`` or ``error``) and the line itself."""
+
+    seq: int
+    timestamp: Optional[datetime]
+    pid: int
+    process: str
+    stream: str
+    level: str
+    message: str
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "LogEntry":
+        return cls(
+            seq=int(d.get("seq", 0)), timestamp=parse_time(d.get("timestamp")), pid=int(d.get("pid", 0)),
+            process=str(d.get("process", "")), stream=str(d.get("stream", "")), level=str(d.get("level", "")),
+            message=str(d.get("message", "")),
+        )  # fmt: skip
+
+
+class LogStream(_LineStream):
+    """An iterator of :class:`LogEntry` (``Sandbox.logs``)."""
+
+    def __init__(self, client: Client, route: str, query: Dict[str, Any]):
+        super().__init__(client, f"{route}/logs", query)
+
+    def __iter__(self) -> Iterator[LogEntry]:
+        return self
+
+    def __next__(self) -> LogEntry:
+        return LogEntry.from_json(self._next_doc())
+
+    def __enter__(self) -> "LogStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def events(client: Optional[Client] = None, *, sandbox_id: Optional[str] = None, since: Optional[int] = None, follow: bool = True) -> EventStream:
     """Streams sandbox events: with ``since`` the kept ones after that ``seq`` first (``0``:
     all kept), then new ones as they happen unless ``follow=False``."""

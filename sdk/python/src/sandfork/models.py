@@ -140,7 +140,7 @@ class ContainerState(_StrEnum):
 
 
 class SandboxLogLevel(_StrEnum):
-    """Log levels of Tensorlake's sandbox logs (not supported by sandfork)."""
+    """Levels of sandbox log lines: sandfork's are ``INFO`` (stdout) and ``ERROR`` (stderr)."""
 
     TRACE = "trace"
     DEBUG = "debug"
@@ -676,9 +676,9 @@ GPUResources = GpuRequest
 class NetworkConfig:
     """A sandbox's egress policy.
 
-    ``allow_out``/``deny_out`` are IPv4 addresses or CIDRs in sandfork
-    (hostnames are not supported). A non-empty ``allow_out`` allows only those
-    destinations; ``deny_out`` wins over ``allow_out``.
+    ``allow_out``/``deny_out`` hold IPv4 addresses, CIDRs, hostnames and wildcards
+    (``*.example.com``). A non-empty ``allow_out`` allows only those destinations;
+    ``deny_out`` wins over ``allow_out``.
     """
 
     allow_internet_access: bool = True
@@ -758,7 +758,10 @@ class CopySandboxResponse(TracedMixin):
 
 @dataclass
 class SandboxPortAccess:
-    """Port exposure settings (not supported by sandfork)."""
+    """How a sandbox's ports are reached through the daemon's gateway:
+    ``allow_unauthenticated_access`` (public ports), ``exposed_ports`` (``None``: any port),
+    ``sandbox_url`` (the path-based route's base URL) and ``ingress_endpoint`` (the
+    host-based route's domain part)."""
 
     allow_unauthenticated_access: bool = False
     exposed_ports: List[int] = field(default_factory=list)
@@ -772,9 +775,10 @@ class SandboxInfo(TracedMixin):
 
     Tensorlake's fields, plus sandfork's (``id``, ``state``, ``cpus``,
     ``memory_mb``, ``disk_mb``, ``snapshot_id``, ``labels``,
-    ``last_active_at``, ``fork``, ``error``, ``raw``). Fields of features
-    sandfork lacks keep their empty defaults (``sandbox_url``,
-    ``exposed_ports``, ``file_systems``, ``pool_id`` ...).
+    ``last_active_at``, ``fork``, ``error``, ``raw``);
+    ``allow_unauthenticated_access`` is the daemon's ``public_ports`` and
+    ``exposed_ports`` its list (``None``: any port). Fields of features sandfork
+    lacks keep their empty defaults (``sandbox_url``, ``file_systems``, ``pool_id`` ...).
     """
 
     sandbox_id: str
@@ -834,8 +838,9 @@ class SandboxInfo(TracedMixin):
         return self.resources.ephemeral_disk_mb
 
     def url_for_port(self, port: int = 9501) -> Optional[str]:
-        """Tensorlake's public URL of a port. Raises: sandfork has no port exposure."""
-        raise errors.not_supported("port exposure (sandbox URLs)", "reach services inside the sandbox with run() or start_process()", plural=False)
+        """Tensorlake's public URL of a port. Raises: a ``SandboxInfo`` does not know the
+        daemon's address; ``Sandbox.get_url(port)`` does."""
+        raise errors.not_supported("port URLs from a SandboxInfo", "use Sandbox.get_url(port), which knows the daemon's address", plural=True)
 
     @classmethod
     def from_json(cls, doc: Dict[str, Any]) -> "SandboxInfo":
@@ -860,6 +865,8 @@ class SandboxInfo(TracedMixin):
             last_active_at=parse_time(doc.get("last_active_at")),
             on_timeout=doc.get("on_timeout"),
             expires_at=parse_time(doc.get("expires_at")),
+            allow_unauthenticated_access=bool(doc.get("public_ports")),
+            exposed_ports=list(doc["exposed_ports"]) if doc.get("exposed_ports") is not None else None,
             fork=doc.get("fork"),
             error=doc.get("error"),
             raw=doc,
@@ -1062,7 +1069,7 @@ class DaemonInfo(TracedMixin):
 
 @dataclass
 class SandboxLogSignal:
-    """A log record (sandbox logs are not supported by sandfork)."""
+    """A line of the sandbox log in Tensorlake's record shape (``timestamp`` in ns)."""
 
     timestamp: int
     uuid: str
@@ -1080,7 +1087,7 @@ class SandboxLogSignal:
 
 @dataclass
 class SandboxLogsResponse:
-    """A page of log records (sandbox logs are not supported by sandfork)."""
+    """A page of the sandbox log; ``next_token`` reads on."""
 
     logs: List[SandboxLogSignal] = field(default_factory=list)
     next_token: Optional[str] = None
@@ -1088,7 +1095,7 @@ class SandboxLogsResponse:
 
 @dataclass
 class SandboxProcessLogFilter:
-    """A process that has logs (sandbox logs are not supported by sandfork)."""
+    """A process that has lines in the sandbox log."""
 
     process_id: str
     process_pid: str
@@ -1102,7 +1109,7 @@ class SandboxProcessLogFilter:
 
 @dataclass
 class SandboxProcessLogFiltersResponse:
-    """Processes that have logs (sandbox logs are not supported by sandfork)."""
+    """Processes that have lines in the sandbox log."""
 
     processes: List[SandboxProcessLogFilter] = field(default_factory=list)
 

@@ -38,6 +38,7 @@ from ._files import FilesMixin
 from ._streams import OutputCallback, OutputStream
 from ._trace import Traced, TracedList, new_trace_id
 from ._transport import Client, seg
+from .pty import PtyCommands, PtySession
 from .models import (
     CLEAR_NETWORK_POLICY,
     CheckpointType,
@@ -58,7 +59,9 @@ from .models import (
     RestartPolicyConfig,
     SandboxInfo,
     SandboxLogLevel,
+    SandboxLogSignal,
     SandboxLogsResponse,
+    SandboxProcessLogFilter,
     SandboxProcessLogFiltersResponse,
     SandboxStats,
     SandboxStatus,
@@ -67,7 +70,7 @@ from .models import (
     SnapshotWaitCondition,
     StdinMode,
 )
-from .events import EventStream, FileWatch
+from .events import EventStream, FileWatch, LogEntry, LogStream
 from .process import Process, SignalLike, signal_value
 from .snapshot import ForkResult, Snapshot, bind_sandbox_factory, fork_body
 
@@ -216,6 +219,8 @@ def build_create(
     secrets: Optional[Mapping[str, str]] = None,
     labels: Optional[Mapping[str, str]] = None,
     on_timeout: Optional[str] = None,
+    public_ports: Optional[bool] = None,
+    exposed_ports: Optional[List[int]] = None,
 ) -> CreateSpec:
     """Checks Tensorlake's create arguments and builds the daemon's request."""
     if gpus is not None or gpu is not None or gpu_model is not None:
@@ -236,7 +241,8 @@ def build_create(
         name=name, disk_mb=disk_v, timeout_secs=timeout_v,
         env=check_str_map("env", env) or None, secrets=check_str_map("secrets", secrets) or None,
         labels=check_str_map("labels", labels) or None, volumes=volumes or None,
-        on_timeout=check_on_timeout(on_timeout),
+        on_timeout=check_on_timeout(on_timeout), public_ports=check_bool("public_ports", public_ports),
+        exposed_ports=check_ports(exposed_ports),
     )  # fmt: skip
     if snapshot_id is not None:
         body["snapshot_id"] = snapshot_id
@@ -318,6 +324,12 @@ class Sandbox(FilesMixin):
     def _route(self) -> str:
         return f"/v1/sandboxes/{seg(self.id)}"
 
+    @property
+    def pty(self) -> PtyCommands:
+        """Terminal sessions in this sandbox: ``sandbox.pty.create()`` starts a shell on a
+        pseudo-terminal (see :mod:`sandfork.pty`)."""
+        return PtyCommands(self._client, self._route)
+
     # --- lifecycle -------------------------------------------------------
 
     @classmethod
@@ -354,6 +366,8 @@ class Sandbox(FilesMixin):
         on_timeout: Optional[str] = None,
         client: Optional[Client] = None,
         on_progress: Optional[ProgressCallback] = None,
+        public_ports: Optional[bool] = None,
+        exposed_ports: Optional[List[int]] = None,
     ) -> "Sandbox":
         """Creates a sandbox and returns it once it is running.
 
@@ -370,6 +384,9 @@ class Sandbox(FilesMixin):
             allow_internet_access: Egress to the internet through the host (default True).
             allow_out: IPv4 addresses/CIDRs that are the only ones allowed out.
             deny_out: IPv4 addresses/CIDRs denied out (wins over ``allow_out``).
+            public_ports: Serve the sandbox's ports through the gateway without a token
+                (default: private; see :meth:`get_url`).
+            exposed_ports: The only ports the gateway serves (default: any).
             snapshot_id: Start from this snapshot instead of an image (warm
                 for a memory snapshot, cold boot for a filesystem one). A memory
                 snapshot pins its resources: ``cpus``/``memory_mb`` are sent only
@@ -403,6 +420,7 @@ class Sandbox(FilesMixin):
         spec = build_create(
             client, image, cpus, memory_mb, disk_mb, gpus, gpu_model, timeout_secs, entrypoint, allow_internet_access,
             allow_out, deny_out, pool_id, snapshot_id, name, file_systems, gpu, env, secrets, labels, on_timeout,
+            public_ports, exposed_ports,
         )  # fmt: skip
         if spec.image is not None:
             ensure_image(client, spec.image, on_progress)
@@ -561,14 +579,43 @@ class Sandbox(FilesMixin):
         IPv4 destination (``deny_out=["0.0.0.0/0"]``);
         ``CLEAR_NETWORK_POLICY`` removes every rule. Internet access itself cannot
         be turned on for a sandbox created without it (the daemon answers 422).
-        Port exposure (``exposed_ports``, ``allow_unauthenticated_access``)
-        raises ``NotImplementedError``.
+        ``allow_unauthenticated_access=True`` serves the sandbox's ports through the
+        gateway without a token; ``exposed_ports`` limits the gateway to those ports.
         """
         body = update_body(name, allow_unauthenticated_access, exposed_ports, network, labels)
         if not self._client.features().update_sandbox:
             raise errors.needs_newer_daemon("updating a sandbox (rename, egress rules)", "PATCH /v1/sandboxes/{id}")
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
+
+    def get_url(self, port: int, path: str = "/", *, expires_in: int = 3600, signed: bool = True) -> str:
+        """The URL of ``path`` on ``port`` through the daemon's gateway (HTTP, WebSocket,
+        SSE): with a signature that opens the port for ``expires_in`` seconds
+        (``signed=False``: bare, for public ports or a client that sends
+        :meth:`port_token`). A daemon on a Unix socket gives ``http+unix://SOCKET:PATH``."""
+        check_str("path", path, none_ok=False)
+        access = self._port_access(port, expires_in)
+        route, _, query = str(access["signed_path"] if signed else access["path"]).partition("?")
+        path = self._client.endpoint.base_path + route.rstrip("/") + "/" + path.lstrip("/") + (f"?{query}" if query else "")
+        ep = self._client.endpoint
+        if ep.scheme == "unix":
+            return f"http+unix://{ep.socket_path}:{path}"
+        host = f"[{ep.host}]" if ":" in ep.host else ep.host
+        return f"{ep.scheme}://{host}:{ep.port}{path}"
+
+    def get_host(self, port: int) -> str:
+        """The host name of ``port`` for host-based routing (``{port}-{id}.<domain>``;
+        connect to the daemon's address with it as ``Host``)."""
+        return str(self._port_access(port, 60)["host"])
+
+    def port_token(self) -> str:
+        """The access token that opens every port of this sandbox (send it as
+        ``X-Sandfork-Access-Token``)."""
+        return str(self._port_access(1, 60)["access_token"])
+
+    def _port_access(self, port: int, expires_in: int) -> Dict[str, Any]:
+        body = {"port": check_int("port", port, minimum=1), "expires_in_secs": check_int("expires_in", expires_in, minimum=1)}
+        return self._client.request_json("POST", f"{self._route}/port-urls", json_body=body)
 
     def events(self, *, since: Optional[int] = 0, follow: bool = True) -> EventStream:
         """This sandbox's events (created, started, checkpointed, suspended, resumed,
@@ -593,6 +640,26 @@ class Sandbox(FilesMixin):
         file or process request). ``info().expires_at`` tells when it passes."""
         secs = check_int("timeout_secs", timeout_secs, minimum=0, none_ok=False)
         body = drop_none(timeout_secs=secs, on_timeout=check_on_timeout(on_timeout))
+        self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
+        return self._info
+
+    def update_network(
+        self,
+        *,
+        allow_out: Optional[List[str]] = None,
+        deny_out: Optional[List[str]] = None,
+    ) -> SandboxInfo:
+        """Replaces the egress lists of a sandbox with internet access, live: no restart,
+        running processes keep going. Each list holds IPv4 addresses, CIDRs, hostnames and
+        wildcards (``*.example.com``: any name below example.com). ``None`` leaves a list
+        as it is, ``[]`` empties it. A non-empty ``allow_out`` allows only what it names;
+        ``deny_out`` wins. Names are enforced for DNS and for connections: only addresses
+        the sandbox's resolver gave for an allowed name open, so connecting to an address
+        directly or through a rebinding answer is blocked. Connections made under the old
+        lists to addresses learned from names are cut until the name is resolved again."""
+        body = drop_none(allow_out=egress_rules("allow_out", allow_out), deny_out=egress_rules("deny_out", deny_out))
+        if not body:
+            raise errors.InvalidArgumentError("update_network needs allow_out or deny_out", code="invalid_argument")
         self._info = SandboxInfo.from_json(self._client.request_json("PATCH", self._route, json_body=body))
         return self._info
 
@@ -1008,27 +1075,44 @@ class Sandbox(FilesMixin):
             running_processes=sum(1 for p in procs if p.running), total_processes=len(procs),
         )  # fmt: skip
 
-    # --- Tensorlake features sandfork does not have --------------------------------
+    # --- terminals, in Tensorlake's shape ----------------------------------------
 
     def create_pty_session(self, command: str, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, working_dir: Optional[str] = None, rows: int = 24, cols: int = 80) -> Dict[str, str]:
-        """Interactive terminals are not supported: raises ``NotImplementedError``."""
-        raise _no_pty()
+        """Starts ``command`` on a new terminal without attaching: ``{"session_id", "token"}``
+        for :meth:`connect_pty` (the token is the client's own; sessions need no other)."""
+        body = drop_none(command=check_str("command", command, none_ok=False), args=list(args) if args else None, env=dict(env) if env else None, working_dir=working_dir, rows=rows, cols=cols)
+        return {"session_id": str(self.pty.start(body)), "token": self._client.token or ""}
 
     def pty_ws_url(self, session_id: str, token: str) -> str:
-        """Interactive terminals are not supported: raises ``NotImplementedError``."""
-        raise _no_pty()
+        """The WebSocket URL of session ``session_id`` (see :meth:`PtyCommands.ws_url`)."""
+        return self.pty.ws_url(_session_pid(session_id))
 
-    def connect_pty(self, session_id: str, token: str, *, on_data: Optional[Callable[[bytes], None]] = None, on_exit: Optional[Callable[[int], None]] = None, connect_timeout: float = 10.0) -> Any:
-        """Interactive terminals are not supported: raises ``NotImplementedError``."""
-        raise _no_pty()
+    def connect_pty(self, session_id: str, token: str, *, on_data: Optional[Callable[[bytes], None]] = None, on_exit: Optional[Callable[[Optional[int]], None]] = None, connect_timeout: float = 10.0) -> PtySession:
+        """Attaches to terminal session ``session_id`` (output from what is still buffered)."""
+        return self.pty.connect(_session_pid(session_id), on_data=on_data, on_exit=on_exit)
 
-    def create_pty(self, command: str, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, working_dir: Optional[str] = None, rows: int = 24, cols: int = 80, *, on_data: Optional[Callable[[bytes], None]] = None, on_exit: Optional[Callable[[int], None]] = None, connect_timeout: float = 10.0) -> Any:
-        """Interactive terminals are not supported: raises ``NotImplementedError``."""
-        raise _no_pty()
+    def create_pty(self, command: str, args: Optional[List[str]] = None, env: Optional[Dict[str, str]] = None, working_dir: Optional[str] = None, rows: int = 24, cols: int = 80, *, on_data: Optional[Callable[[bytes], None]] = None, on_exit: Optional[Callable[[Optional[int]], None]] = None, connect_timeout: float = 10.0) -> PtySession:
+        """Starts ``command`` on a new ``cols`` x ``rows`` terminal and attaches to it (see
+        :attr:`pty` for the full surface)."""
+        return self.pty.create(command, args, cols=cols, rows=rows, env=env, working_dir=working_dir, on_data=on_data, on_exit=on_exit)
+
+    # --- Tensorlake features sandfork does not have --------------------------------
 
     def connect_desktop(self, port: int = 5901, password: Optional[str] = None, shared: bool = True, connect_timeout: float = 10.0) -> Any:
         """Remote desktops are not supported: raises ``NotImplementedError``."""
         raise errors.not_supported("remote desktop (VNC)", plural=False)
+
+    def logs(self, *, since: Optional[int] = None, tail: Optional[int] = None, follow: bool = False, process: Union[int, str, None] = None, stream: Optional[str] = None) -> LogStream:
+        """The sandbox log: each line its background processes write (stdout as ``info``,
+        stderr as ``error``), with when; from line ``since`` or the last ``tail`` lines;
+        ``follow`` keeps streaming (a memory checkpoint ends a followed log: ask again from
+        the next ``seq``). Filter by ``process`` (pid or name) or ``stream``."""
+        query = drop_none(
+            since=check_int("since", since, minimum=0), tail=check_int("tail", tail, minimum=0),
+            follow="true" if follow else None, process=None if process is None else str(process),
+            stream=check_str("stream", stream),
+        )  # fmt: skip
+        return LogStream(self._client, self._route, query)
 
     def get_logs(
         self,
@@ -1039,13 +1123,40 @@ class Sandbox(FilesMixin):
         head: Optional[int] = None,
         tail: Optional[int] = None,
         body: Optional[str] = None,
-    ) -> SandboxLogsResponse:
-        """Sandbox logs are not supported: raises ``NotImplementedError``."""
-        raise _no_logs()
+    ) -> "Traced[SandboxLogsResponse]":
+        """A page of the sandbox log (Tensorlake's shape: a traced result, ``.value``): ``levels`` (``info`` is stdout,
+        ``error`` stderr), ``process_ids`` (pids or names), ``body`` (a substring),
+        ``head`` (the first N after ``next_token``) or ``tail`` (the last N); pass the
+        answer's ``next_token`` to read on."""
+        wanted = {str(getattr(level, "value", level)) for level in levels or []}
+        procs = {str(p) for p in process_ids or []}
+        since = int(next_token) if next_token else None
+        signals: List[SandboxLogSignal] = []
+        last = since
+        with self.logs(since=since, tail=tail) as lines:
+            for e in lines:
+                last = e.seq + 1
+                if (wanted and e.level not in wanted) or (procs and str(e.pid) not in procs and e.process not in procs) or (body and body not in e.message):
+                    continue
+                signals.append(_log_signal(self.id, e))
+                if head is not None and len(signals) >= head:
+                    break
+        return Traced(None, SandboxLogsResponse(logs=signals, next_token=str(last) if last is not None else None))
 
-    def list_log_processes(self) -> SandboxProcessLogFiltersResponse:
-        """Sandbox logs are not supported: raises ``NotImplementedError``."""
-        raise _no_logs()
+    def list_log_processes(self) -> "Traced[SandboxProcessLogFiltersResponse]":
+        """The processes that have lines in the sandbox log (``.value``)."""
+        seen: Dict[int, SandboxProcessLogFilter] = {}
+        for e in self.logs():
+            ns = int(e.timestamp.timestamp() * 1e9) if e.timestamp else 0
+            f = seen.get(e.pid)
+            if f is None:
+                seen[e.pid] = SandboxProcessLogFilter(
+                    process_id=str(e.pid), process_pid=str(e.pid), process_command=e.process, process_managed_id=e.process,
+                    process_managed_name=e.process, first_seen=ns, last_seen=ns, log_count=1,
+                )  # fmt: skip
+            else:
+                f.last_seen, f.log_count = ns, f.log_count + 1
+        return Traced(None, SandboxProcessLogFiltersResponse(processes=list(seen.values())))
 
     def attach_file_system(self, file_system_id: str, mount_path: str, *, read_only: bool = False, prefetch: bool = False, snapshot_id: Optional[str] = None) -> SandboxInfo:
         """Attaching to a running sandbox is not supported: raises ``NotImplementedError``
@@ -1131,9 +1242,11 @@ def update_body(
     """The ``PATCH /v1/sandboxes/{id}`` body for Tensorlake's update arguments."""
     if name is None and allow_unauthenticated_access is None and exposed_ports is None and network is None and labels is None:
         raise errors.SandboxError("At least one sandbox update field must be provided.")
-    if exposed_ports is not None or allow_unauthenticated_access is not None:
-        raise errors.not_supported("port exposure", "reach services inside the sandbox with run() or start_process()", plural=False)
-    body: Dict[str, Any] = drop_none(name=check_str("name", name), labels=check_str_map("labels", labels))
+    body: Dict[str, Any] = drop_none(
+        name=check_str("name", name), labels=check_str_map("labels", labels),
+        public_ports=check_bool("allow_unauthenticated_access", allow_unauthenticated_access),
+        exposed_ports=check_ports(exposed_ports),
+    )  # fmt: skip
     if name is not None and not name:
         raise errors.SandboxError("sandbox name must be a non-empty string")
     if network is CLEAR_NETWORK_POLICY:
@@ -1147,6 +1260,15 @@ def update_body(
     elif network is not None:
         raise errors.ArgumentTypeError(f"network must be a NetworkConfig or CLEAR_NETWORK_POLICY, got {type(network).__name__}")
     return body
+
+
+def check_ports(ports: Optional[Iterable[int]]) -> Optional[List[int]]:
+    """A port list for the daemon (``None`` stays ``None``)."""
+    if ports is None:
+        return None
+    if isinstance(ports, (str, bytes)):
+        raise errors.ArgumentTypeError(f"ports must be a list of port numbers, got {ports!r}")
+    return [check_int("port", p, minimum=1) for p in ports]
 
 
 def check_wait_until(wait_until: Any) -> str:
@@ -1210,12 +1332,20 @@ def _no_proxy() -> errors.FeatureNotSupportedError:
     return errors.not_supported("sandbox proxy URLs", "sandfork talks to its daemon directly: pass api_url= (or client=) instead of proxy_url=")
 
 
-def _no_pty() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("interactive terminals (PTY)", "run commands with run() or start_process(stdin_mode='pipe')")
+def _session_pid(session_id: str) -> int:
+    """The pid a terminal session id names."""
+    text = str(session_id)
+    if not text.isdigit() or int(text) < 1:
+        raise errors.ArgumentValueError(f"invalid terminal session id {session_id!r}: it is the session's pid")
+    return int(text)
 
 
-def _no_logs() -> errors.FeatureNotSupportedError:
-    return errors.not_supported("sandbox logs", "read process output with get_output() or follow_output()")
+def _log_signal(sandbox_id: str, e: LogEntry) -> SandboxLogSignal:
+    """A sandbox log line in Tensorlake's record shape (timestamps in nanoseconds, OTel
+    severity numbers: 9 info, 17 error)."""
+    ns = int(e.timestamp.timestamp() * 1e9) if e.timestamp else 0
+    attrs = json.dumps({"pid": e.pid, "process": e.process, "stream": e.stream})
+    return SandboxLogSignal(timestamp=ns, uuid=str(e.seq), namespace="default", body=e.message, log_attributes=attrs, application=e.process, sandbox_id=sandbox_id, level=17 if e.level == "error" else 9)
 
 
 def _no_file_systems() -> errors.FeatureNotSupportedError:

@@ -62,6 +62,13 @@ fn known_cause(text: &str) -> Option<String> {
              in a memory snapshot up to {GHOST_LIMIT}: close it, or keep it smaller"
         ));
     }
+    if line.contains("ctty inheritance detected") {
+        return Some(
+            "a terminal session is running a job in its foreground; a terminal can be \
+             checkpointed at its prompt (let the job finish, or put it in the background)"
+                .into(),
+        );
+    }
     if line.contains("Stopped tasks are not supported") {
         return Some("it is stopped; continue it (kill -CONT) first".into());
     }
@@ -420,6 +427,17 @@ impl CheckpointHost for RealHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_with_a_foreground_job_is_named() {
+        let log = "(00.15) Error (criu/tty.c:2281): tty: ctty inheritance detected sid/pgrp 6, \
+                   no PTY peer with sid/pgrp needed\n";
+        let cause = known_cause(log).unwrap();
+        assert!(
+            cause.contains("terminal session is running a job"),
+            "{cause}"
+        );
+    }
 
     #[test]
     fn a_dump_is_blamed_on_a_full_disk_when_its_log_or_the_disk_says_so() {

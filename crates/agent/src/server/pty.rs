@@ -1,0 +1,161 @@
+//! Terminal sessions, laid out so that CRIU can checkpoint them.
+//!
+//! CRIU checkpoints a shell on a terminal (one that opened `/dev/tty`, as every shell with
+//! job control does) only when the first process it meets holding that terminal is the
+//! shell itself, the session leader in the terminal's foreground. So the agent keeps no
+//! end of the terminal: it starts the program on the slave side (session leader,
+//! controlling terminal), then — after it, so that CRIU meets the program first — a
+//! *relay*: the agent binary again (`--pty-keeper`), holding the master side as fd 3 and
+//! moving bytes between it and its own stdin/stdout pipes to the agent. The relay's stdin
+//! carries protocol frames: `Data` (typed input) and `PtyResize`. It ends when no process
+//! holds the terminal's slave side any more.
+//!
+//! A checkpoint while a job runs in the terminal's foreground is still refused by CRIU
+//! ("ctty inheritance"); at the prompt it works.
+//!
+//! The relay is plain blocking code (poll over two descriptors): it runs in a process that
+//! does nothing else.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::fcntl::{open, OFlag};
+use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+use nix::sys::stat::Mode;
+use proto::agent::{decode_payload, payload_len, Message, PtySize, CHUNK_SIZE};
+
+/// The argument that makes the agent binary a terminal relay.
+pub const KEEPER_ARG: &str = "--pty-keeper";
+
+/// A new terminal: the master and the slave side, both close-on-exec.
+pub struct Pty {
+    pub master: OwnedFd,
+    pub slave: OwnedFd,
+}
+
+pub fn open_pty(size: PtySize) -> io::Result<Pty> {
+    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let path = ptsname_r(&master)?;
+    let slave = open(
+        path.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let master = OwnedFd::from(master);
+    resize(master.as_fd(), size)?;
+    Ok(Pty { master, slave })
+}
+
+nix::ioctl_write_ptr_bad!(set_winsize, nix::libc::TIOCSWINSZ, nix::pty::Winsize);
+
+/// Sets the terminal's size; the kernel signals its foreground process group (SIGWINCH).
+pub fn resize(master: BorrowedFd<'_>, size: PtySize) -> io::Result<()> {
+    let ws = nix::pty::Winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: `master` is an open terminal descriptor and `ws` a valid winsize that lives
+    // across the call; TIOCSWINSZ only reads it.
+    unsafe { set_winsize(master.as_raw_fd(), &ws) }?;
+    Ok(())
+}
+
+/// The descriptor the relay finds the terminal's master side on.
+pub const MASTER_FD: RawFd = 3;
+
+/// Runs the relay until no process holds the terminal any more; its exit code.
+pub fn keep() -> i32 {
+    // SAFETY: the agent started this process with the master side on MASTER_FD (dup2 in
+    // its pre_exec), which nothing else in this process owns.
+    let master = unsafe { OwnedFd::from_raw_fd(MASTER_FD) };
+    let mut stdin = io::stdin().lock();
+    let mut out = io::stdout().lock();
+    let mut buf = vec![0u8; CHUNK_SIZE];
+    let mut pending: Vec<u8> = Vec::new();
+    let mut stdin_open = true;
+    loop {
+        let mut fds = [poll_fd(0, stdin_open), poll_fd(master.as_raw_fd(), true)];
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), fds.len() as _, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return 1;
+        }
+        if fds[1].revents != 0 && !pass_output(&master, &mut buf, &mut out) {
+            // No slave side is open any more (EIO): the session is over. The agent gone
+            // (a broken stdout) ends it too.
+            return 0;
+        }
+        if stdin_open && fds[0].revents != 0 {
+            stdin_open = take_input(&mut stdin, &mut buf, &mut pending, &master);
+        }
+    }
+}
+
+fn poll_fd(fd: RawFd, on: bool) -> nix::libc::pollfd {
+    nix::libc::pollfd {
+        fd: if on { fd } else { -1 },
+        events: nix::libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// One read of the terminal's output passed on; false when the terminal has ended or the
+/// output cannot be delivered.
+fn pass_output(master: &OwnedFd, buf: &mut [u8], out: &mut impl Write) -> bool {
+    match nix::unistd::read(master.as_fd(), buf) {
+        Ok(n) if n > 0 => out.write_all(&buf[..n]).and_then(|()| out.flush()).is_ok(),
+        Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => true,
+        _ => false,
+    }
+}
+
+/// Reads what the agent sent and applies every complete frame; false at end of input.
+fn take_input(
+    stdin: &mut impl Read,
+    buf: &mut [u8],
+    pending: &mut Vec<u8>,
+    master: &OwnedFd,
+) -> bool {
+    let n = match stdin.read(buf) {
+        Ok(0) | Err(_) => return false,
+        Ok(n) => n,
+    };
+    pending.extend_from_slice(&buf[..n]);
+    while let Some((msg, used)) = split_frame(pending) {
+        pending.drain(..used);
+        match msg {
+            Some(Message::Data(data)) => {
+                let _ = write_all(master.as_fd(), &data);
+            }
+            Some(Message::PtyResize(size)) => {
+                let _ = resize(master.as_fd(), size);
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// The first complete frame of `buf` and its length (`None` for a frame that does not
+/// decode), or nothing while the frame is incomplete.
+fn split_frame(buf: &[u8]) -> Option<(Option<Message>, usize)> {
+    let prefix: [u8; 4] = buf.get(..4)?.try_into().ok()?;
+    let len = payload_len(prefix).ok()?;
+    let payload = buf.get(4..4 + len)?;
+    Some((decode_payload(payload).ok(), 4 + len))
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> nix::Result<()> {
+    while !data.is_empty() {
+        let n = nix::unistd::write(fd, data)?;
+        data = &data[n..];
+    }
+    Ok(())
+}

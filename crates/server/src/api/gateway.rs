@@ -1,0 +1,334 @@
+//! The port gateway: HTTP requests (HTTP/1.1 or HTTP/2 from the client, WebSocket and
+//! other upgrades, server-sent events and any streamed body) passed to a TCP port on a
+//! sandbox's own loopback, by path (`/v1/sandboxes/{id}/ports/{port}/…`) or by host
+//! (`{port}-{id}.<gateway_domain>`).
+//!
+//! Requests are authorized first (see `manager::ports`); nothing reaches the sandbox
+//! before. Each request gets its own connection into the sandbox, speaking HTTP/1.1; the
+//! daemon's credentials are stripped from what is passed on. A sandbox's connections are
+//! capped (`gateway_connections_per_sandbox`), and each runs in its own task, so one
+//! sandbox's flood or a slow client stalls nobody else.
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version};
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+
+use super::{ApiError, AppState};
+use crate::error::Error;
+use crate::manager::PortCredentials;
+
+/// The header that carries a sandbox's access token.
+pub const TOKEN_HEADER: &str = "x-sandfork-access-token";
+/// Query parameters the gateway reads (and removes before passing a request on).
+const TOKEN_PARAM: &str = "sandfork_token";
+const EXPIRES_PARAM: &str = "sandfork_expires";
+const SIGNATURE_PARAM: &str = "sandfork_signature";
+
+/// Headers that belong to one hop and are not passed on (RFC 9110 §7.6.1), but for the
+/// `Connection: upgrade` / `Upgrade` pair of an upgrade.
+const HOP_BY_HOP: [&str; 7] = [
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// `ANY /v1/sandboxes/{id}/ports/{port}` and `…/{port}/{*rest}`.
+pub async fn by_path(
+    State(m): State<AppState>,
+    Path(params): Path<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let (Some(id), Some(port)) = (get("id"), get("port")) else {
+        return ApiError(Error::NotFound("No such route".into())).into_response();
+    };
+    let rest = get("rest").unwrap_or_default();
+    let prefix = format!("/v1/sandboxes/{id}/ports/{port}");
+    forward(&m, &id, &port, &format!("/{rest}"), Some(prefix), req).await
+}
+
+/// The sandbox and port a `Host` header names under `domain` (`{port}-{id}.{domain}`).
+pub fn host_target(headers: &HeaderMap, uri: &Uri, domain: &str) -> Option<(String, String)> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.host())?;
+    let host = host.rsplit_once(':').map_or(host, |(h, p)| {
+        if p.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    let label = host.strip_suffix(domain)?.strip_suffix('.')?;
+    if label.contains('.') {
+        return None;
+    }
+    let (port, id) = label.split_once('-')?;
+    (!id.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| (id.to_string(), port.to_string()))
+}
+
+/// Serves a request routed by host.
+pub async fn by_host(m: &AppState, id: &str, port: &str, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    forward(m, id, port, &path, None, req).await
+}
+
+async fn forward(
+    m: &AppState,
+    id: &str,
+    port: &str,
+    path: &str,
+    prefix: Option<String>,
+    mut req: Request,
+) -> Response {
+    let port: u16 = match port.parse() {
+        Ok(p) if p > 0 => p,
+        _ => {
+            return ApiError(Error::InvalidArgument(format!(
+                "Invalid port {port:?}: use 1-65535"
+            )))
+            .into_response()
+        }
+    };
+    let creds = credentials(&req);
+    let id = match m.authorize_port(id, port, &creds) {
+        Ok(id) => id,
+        Err(e) => return ApiError(e).into_response(),
+    };
+    let conn = match m.connect_port(&id, port).await {
+        Ok(c) => c,
+        Err(e) => return ApiError(e).into_response(),
+    };
+    let query = passed_query(req.uri().query());
+    let target = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    let Ok(uri) = target.parse::<Uri>() else {
+        return ApiError(Error::InvalidArgument(format!("Invalid path {target:?}")))
+            .into_response();
+    };
+    let upgrade = wants_upgrade(req.headers());
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let outbound = outbound_request(req, uri, prefix, creds.api_token);
+    let (mut sender, connection) =
+        match hyper::client::conn::http1::handshake(TokioIo::new(conn.stream)).await {
+            Ok(pair) => pair,
+            Err(e) => return bad_gateway(port, &id, &e),
+        };
+    let permit = conn.permit;
+    tokio::spawn(async move {
+        let _permit = permit;
+        let _ = connection.with_upgrades().await;
+    });
+    let mut resp = match sender.send_request(outbound).await {
+        Ok(r) => r,
+        Err(e) => return bad_gateway(port, &id, &e),
+    };
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_side) = client_side {
+            let sandbox_side = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                if let (Ok(a), Ok(b)) = tokio::join!(client_side, sandbox_side) {
+                    let _ =
+                        tokio::io::copy_bidirectional(&mut TokioIo::new(a), &mut TokioIo::new(b))
+                            .await;
+                }
+            });
+        }
+    }
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(
+        &mut parts.headers,
+        parts.status == StatusCode::SWITCHING_PROTOCOLS,
+    );
+    Response::from_parts(parts, Body::new(body))
+}
+
+fn bad_gateway(port: u16, id: &str, e: &hyper::Error) -> Response {
+    ApiError(Error::BadGateway(format!(
+        "Port {port} of sandbox {id} did not answer HTTP: {e}"
+    )))
+    .into_response()
+}
+
+/// What a request presents to open a port.
+fn credentials(req: &Request) -> PortCredentials {
+    let api_token = req
+        .extensions()
+        .get::<super::auth::Authenticated>()
+        .is_some();
+    let header_token = req
+        .headers()
+        .get(TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let pairs: Vec<(String, String)> = req
+        .uri()
+        .query()
+        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
+        .unwrap_or_default();
+    let param = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let signed = match (param(EXPIRES_PARAM), param(SIGNATURE_PARAM)) {
+        (Some(e), Some(s)) => e.parse().ok().map(|e| (e, s)),
+        _ => None,
+    };
+    PortCredentials {
+        api_token,
+        access_token: header_token.or_else(|| param(TOKEN_PARAM)),
+        signed,
+    }
+}
+
+/// The query without the gateway's own parameters (`None` when nothing is left).
+fn passed_query(query: Option<&str>) -> Option<String> {
+    let query = query?;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| {
+            let name = p.split('=').next().unwrap_or("");
+            ![TOKEN_PARAM, EXPIRES_PARAM, SIGNATURE_PARAM].contains(&name)
+        })
+        .collect();
+    (!kept.is_empty()).then(|| kept.join("&"))
+}
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
+}
+
+/// The request as the sandbox gets it: HTTP/1.1 to `uri`, without the daemon's
+/// credentials or hop-by-hop headers, with `X-Forwarded-*` telling where it came from.
+fn outbound_request(
+    req: Request,
+    uri: Uri,
+    prefix: Option<String>,
+    api_token_used: bool,
+) -> Request {
+    let (mut parts, body) = req.into_parts();
+    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    let upgrade = wants_upgrade(&parts.headers);
+    strip_hop_by_hop(&mut parts.headers, upgrade);
+    parts.headers.remove(TOKEN_HEADER);
+    if api_token_used {
+        parts.headers.remove(header::AUTHORIZATION);
+    }
+    if let Some(host) = host {
+        parts
+            .headers
+            .insert(HeaderName::from_static("x-forwarded-host"), host.clone());
+        parts.headers.insert(header::HOST, host);
+    }
+    if let Some(prefix) = prefix.and_then(|p| HeaderValue::from_str(&p).ok()) {
+        parts
+            .headers
+            .insert(HeaderName::from_static("x-forwarded-prefix"), prefix);
+    }
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    Request::from_parts(parts, body)
+}
+
+/// Removes hop-by-hop headers, and those `Connection` names; an upgrade keeps its
+/// `Connection: upgrade` and `Upgrade`.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
+        .filter(|t| !(upgrade && t == "upgrade"))
+        .collect();
+    for name in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
+        headers.remove(name);
+    }
+    if !upgrade {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_a_port_and_a_sandbox() {
+        let mut h = HeaderMap::new();
+        let uri: Uri = "/x".parse().unwrap();
+        h.insert(
+            header::HOST,
+            HeaderValue::from_static("8080-sb-1a2b.localhost:7000"),
+        );
+        assert_eq!(
+            host_target(&h, &uri, "localhost"),
+            Some(("sb-1a2b".into(), "8080".into()))
+        );
+        for bad in [
+            "localhost:7000",
+            "x-sb.localhost",
+            "8080-sb.other",
+            "8080-.localhost",
+            "a.8080-sb.localhost",
+        ] {
+            h.insert(header::HOST, HeaderValue::from_str(bad).unwrap());
+            assert_eq!(host_target(&h, &uri, "localhost"), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_gateway_parameters_are_not_passed_on() {
+        assert_eq!(
+            passed_query(Some("a=1&sandfork_token=x&b=2")),
+            Some("a=1&b=2".into())
+        );
+        assert_eq!(
+            passed_query(Some("sandfork_expires=1&sandfork_signature=2")),
+            None
+        );
+        assert_eq!(passed_query(None), None);
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_an_upgrade_keeps_its_pair() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret, Upgrade"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert("keep-alive", HeaderValue::from_static("5"));
+        let mut up = h.clone();
+        strip_hop_by_hop(&mut up, true);
+        assert!(
+            up.contains_key(header::UPGRADE)
+                && !up.contains_key("x-secret")
+                && !up.contains_key("keep-alive")
+        );
+        strip_hop_by_hop(&mut h, false);
+        assert!(!h.contains_key(header::UPGRADE) && !h.contains_key(header::CONNECTION));
+    }
+}
