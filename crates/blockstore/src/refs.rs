@@ -167,6 +167,13 @@ impl Store {
 
     /// Deletes every layer no disk or ref references, and stale staging in tmp/.
     pub fn gc(&self) -> Result<GcStats> {
+        let stats = self.gc_locked()?;
+        self.empty_trash()?;
+        Ok(stats)
+    }
+
+    /// The part of [`Store::gc`] that holds the gc lock.
+    fn gc_locked(&self) -> Result<GcStats> {
         let _gc = fsutil::lock(&self.dir("gc.lock"), true, true)?;
         let live = self.live_layers()?;
         let mut stats = GcStats::default();

@@ -6,6 +6,7 @@
 //! <root>/disks/<name>.lock         flock held by the process that has the disk open
 //! <root>/refs/<name>               a layer id pinned by name
 //! <root>/tmp/                      staging for compaction, import and gc
+//! <root>/trash/                    stale staging, moved out of tmp/ to be deleted unlocked
 //! <root>/gc.lock                   gc holds it exclusively; publishers hold it shared
 //! ```
 
@@ -62,7 +63,18 @@ impl Store {
     /// Opens the store at `root`, creating its directories if missing, and recovers from
     /// interrupted operations (see `docs/blockstore.md`).
     pub fn open_with(root: &Path, opts: StoreOptions) -> Result<Store> {
-        for sub in ["", "layers", "disks", "refs", "tmp"] {
+        let store = Store::open_unrecovered(root, opts)?;
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// Opens the store at `root` like [`Store::open_with`] but leaves recovery to the
+    /// store's owner: for a process that serves one disk of a store another process owns
+    /// (opening a disk still completes that disk's interrupted seal). Sweeping `tmp/` can
+    /// take long — a compaction cut short leaves a disk-sized staging file — and would
+    /// otherwise sit on the path of every disk mount.
+    pub fn open_unrecovered(root: &Path, opts: StoreOptions) -> Result<Store> {
+        for sub in ["", "layers", "disks", "refs", "tmp", "trash"] {
             let dir = root.join(sub);
             fs::create_dir_all(&dir)
                 .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
@@ -74,7 +86,6 @@ impl Store {
                 cache: Mutex::new(HashMap::new()),
             }),
         };
-        store.recover()?;
         Ok(store)
     }
 
@@ -114,6 +125,7 @@ impl Store {
         if let Some(_gc) = fsutil::lock(&self.dir("gc.lock"), true, false)? {
             self.clean_tmp()?;
         }
+        self.empty_trash()?;
         for name in self.list_disks()? {
             if let Some(_lock) = fsutil::lock(&self.disk_lock_path(&name), true, false)? {
                 match self.finish_interrupted_seal(&name) {
@@ -129,21 +141,40 @@ impl Store {
         Ok(())
     }
 
-    /// Removes everything staged in tmp/. Callers hold the gc lock exclusively.
+    /// Empties tmp/ of everything staged there. Callers hold the gc lock exclusively, and
+    /// publishers wait for it, so the entries are only moved to trash/ here (a rename
+    /// each); [`Store::empty_trash`] deletes them once the lock is released — a staging
+    /// file as large as a disk (a compaction cut short) takes long to delete.
     pub(crate) fn clean_tmp(&self) -> Result<usize> {
-        let tmp = self.dir("tmp");
+        let trash = self.dir("trash");
         let mut n = 0;
-        for entry in read_dir(&tmp)? {
+        for entry in read_dir(&self.dir("tmp"))? {
+            let (from, name) = (entry.path(), entry.file_name());
+            let to = trash.join(format!("{}-{}", trash_prefix(), name.to_string_lossy()));
+            fs::rename(&from, &to)
+                .map_err(|e| Error::io(format!("move {} to the trash", from.display()), e))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Deletes what trash/ holds. Needs no lock: only [`Store::clean_tmp`] puts entries
+    /// there and nothing reads them; of two callers racing on an entry, the one that finds
+    /// it gone goes on.
+    pub(crate) fn empty_trash(&self) -> Result<()> {
+        for entry in read_dir(&self.dir("trash"))? {
             let path = entry.path();
             let res = if path.is_dir() {
                 fs::remove_dir_all(&path)
             } else {
                 fs::remove_file(&path)
             };
-            res.map_err(|e| Error::io(format!("remove {}", path.display()), e))?;
-            n += 1;
+            match res {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                r => r.map_err(|e| Error::io(format!("remove {}", path.display()), e))?,
+            }
         }
-        Ok(n)
+        Ok(())
     }
 
     /// A seal that wrote the sealed overlay metadata but not the manifest is completed:
@@ -358,6 +389,16 @@ pub(crate) fn check_size(size: u64) -> Result<()> {
 pub(crate) fn read_dir(dir: &Path) -> Result<impl Iterator<Item = fs::DirEntry>> {
     let rd = fs::read_dir(dir).map_err(|e| Error::io(format!("list {}", dir.display()), e))?;
     Ok(rd.filter_map(|e| e.ok()))
+}
+
+/// A prefix no other trash entry has: this process's id, a count and the time.
+fn trash_prefix() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{n}-{nanos}", std::process::id())
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

@@ -61,7 +61,9 @@ impl Backend {
                 "nothing to serve: give a store disk or a file".into(),
             ));
         };
-        let store = Store::open_with(
+        // The daemon that owns the store recovers it (and sweeps tmp/ in its garbage
+        // collection); a disk server starting on a sandbox's path does not.
+        let store = Store::open_unrecovered(
             root,
             StoreOptions {
                 direct_io: args.direct_io,
