@@ -208,3 +208,28 @@ fn write_fuzz_seed() {
     store.export(&l1, None, &mut art).unwrap();
     fs::write(format!("{path}-one-layer"), &art).unwrap();
 }
+
+#[test]
+fn stale_staging_goes_through_the_trash_and_only_the_owner_sweeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _l1, _l2) = setup(dir.path());
+    let tmp = store.root().join("tmp");
+    let staged = tmp.join("compact-cut-short");
+    fs::create_dir(&staged).unwrap();
+    fs::write(staged.join("data"), vec![7u8; 1 << 16]).unwrap();
+    // A process serving one disk leaves the store-wide sweep to the owner.
+    let server = Store::open_unrecovered(dir.path(), Default::default()).unwrap();
+    drop(server.open_disk("d").unwrap());
+    assert!(staged.exists());
+    // The owner's gc moves it out of tmp/ and deletes it.
+    let stats = store.gc().unwrap();
+    assert_eq!(stats.tmp_entries_deleted, 1);
+    assert!(tmp_is_empty(&store));
+    let trash = store.root().join("trash");
+    assert_eq!(fs::read_dir(&trash).unwrap().count(), 0);
+    // Left in the trash by a crash: the next open deletes it.
+    fs::create_dir(trash.join("1-0-0-gc-left")).unwrap();
+    fs::write(trash.join("1-0-0-gc-left").join("data"), b"x").unwrap();
+    let reopened = Store::open(dir.path()).unwrap();
+    assert_eq!(fs::read_dir(reopened.root().join("trash")).unwrap().count(), 0);
+}
