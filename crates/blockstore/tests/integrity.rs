@@ -231,5 +231,8 @@ fn stale_staging_goes_through_the_trash_and_only_the_owner_sweeps() {
     fs::create_dir(trash.join("1-0-0-gc-left")).unwrap();
     fs::write(trash.join("1-0-0-gc-left").join("data"), b"x").unwrap();
     let reopened = Store::open(dir.path()).unwrap();
-    assert_eq!(fs::read_dir(reopened.root().join("trash")).unwrap().count(), 0);
+    assert_eq!(
+        fs::read_dir(reopened.root().join("trash")).unwrap().count(),
+        0
+    );
 }
