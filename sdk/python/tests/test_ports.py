@@ -185,6 +185,10 @@ def test_one_sandboxs_flood_does_not_stall_another(daemon, web: Sandbox) -> None
             for i in range(20):
                 assert curl(daemon, f"/v1/sandboxes/{web.id}/ports/{PORT}/ok-{i}", "-H", f"X-Sandfork-Access-Token: {token}")[0] == 200
             assert time.monotonic() - started < 20
+            # One sandbox's access token opens none of another's ports.
+            cross = f"/v1/sandboxes/{web.id}/ports/{PORT}/cross"
+            assert curl(daemon, cross, "-H", f"X-Sandfork-Access-Token: {flooded.port_token()}")[0] == 403
+            assert "/cross" not in reached(web)
         finally:
             for h in held:
                 h.close()
