@@ -59,8 +59,11 @@ impl Watch {
     }
 
     /// Watches `dir`, and with `recursive` the directories under it (symlinks not
-    /// followed), up to [`MAX_DIRS`].
-    fn add(&mut self, dir: &Path) -> io::Result<()> {
+    /// followed), up to [`MAX_DIRS`]. With `found`, every entry already inside the newly
+    /// watched directories is reported there as created: a directory made under the watch
+    /// may be filled before its own watch is in place, and those entries would otherwise
+    /// go unseen.
+    fn add(&mut self, dir: &Path, mut found: Option<&mut Vec<FsEvent>>) -> io::Result<()> {
         let mut todo = vec![dir.to_path_buf()];
         while let Some(d) = todo.pop() {
             if self.dirs.len() >= MAX_DIRS {
@@ -68,12 +71,16 @@ impl Watch {
             }
             let wd = self.fd.get_ref().0.add_watch(&d, mask())?;
             if self.recursive {
-                let subdirs = std::fs::read_dir(&d).into_iter().flatten().flatten();
-                todo.extend(
-                    subdirs
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
+                for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+                    if let Some(found) = found.as_deref_mut() {
+                        let path = entry.path().to_string_lossy().into_owned();
+                        found.push(event(FsEventKind::Create, path, is_dir));
+                    }
+                    if is_dir {
+                        todo.push(entry.path());
+                    }
+                }
             }
             self.dirs.insert(wd, d);
         }
@@ -122,25 +129,28 @@ impl Watch {
                         let mut renamed = event(FsEventKind::Rename, text, is_dir);
                         renamed.old_path = Some(from.path);
                         out.push(renamed);
-                        self.follow_new_dir(&path, is_dir);
+                        // Renamed within the watch: its entries were seen already.
+                        self.follow_new_dir(&path, is_dir, None);
                         continue;
                     }
                     FsEventKind::Create
                 }
                 _ => continue,
             };
-            if kind == FsEventKind::Create {
-                self.follow_new_dir(&path, is_dir);
-            }
             out.push(event(kind, text, is_dir));
+            if kind == FsEventKind::Create {
+                self.follow_new_dir(&path, is_dir, Some(&mut out));
+            }
         }
         out
     }
 
-    /// A directory made (or moved in) under a recursive watch is watched too.
-    fn follow_new_dir(&mut self, path: &Path, is_dir: bool) {
+    /// A directory made (or moved in) under a recursive watch is watched too; with `out`,
+    /// what it already holds is reported there as created (an entry made in the moment
+    /// before the watch was in place may so be reported twice, never missed).
+    fn follow_new_dir(&mut self, path: &Path, is_dir: bool, out: Option<&mut Vec<FsEvent>>) {
         if self.recursive && is_dir {
-            if let Err(e) = self.add(path) {
+            if let Err(e) = self.add(path, out) {
                 tracing::debug!(path = %path.display(), "cannot watch a new directory: {e}");
             }
         }
@@ -170,7 +180,7 @@ pub async fn watch_dir(
         Err(e) => return Err(io_error(&path, &e)),
     }
     let mut watch = Watch::new(recursive).map_err(|e| io_error("inotify", &e))?;
-    watch.add(root).map_err(|e| io_error(&path, &e))?;
+    watch.add(root, None).map_err(|e| io_error(&path, &e))?;
     if writer.send(&Message::Done).await.is_err() {
         return Ok(());
     }
@@ -192,5 +202,62 @@ pub async fn watch_dir(
             // The host closed the connection (or sent something it should not): done.
             _ = reader.read() => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(watch: &mut Watch) -> Vec<FsEvent> {
+        let events = watch.fd.get_ref().0.read_events().unwrap_or_default();
+        watch.translate(events)
+    }
+
+    #[tokio::test]
+    async fn a_new_directory_filled_before_its_watch_is_reported_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut watch = Watch::new(true).unwrap();
+        watch.add(tmp.path(), None).unwrap();
+        // Made and filled before the watch reads the directory's creation, so the kernel
+        // holds no event for what is inside it.
+        std::fs::create_dir_all(tmp.path().join("new/inner")).unwrap();
+        std::fs::write(tmp.path().join("new/deep"), b"x").unwrap();
+        std::fs::write(tmp.path().join("new/inner/deeper"), b"x").unwrap();
+        let seen = drain(&mut watch);
+        let created = |rel: &str| {
+            let path = tmp.path().join(rel).to_string_lossy().into_owned();
+            seen.iter()
+                .any(|e| e.kind == FsEventKind::Create && e.path == path)
+        };
+        assert!(created("new") && created("new/deep"), "{seen:?}");
+        assert!(
+            created("new/inner") && created("new/inner/deeper"),
+            "{seen:?}"
+        );
+        // The new directories are watched from now on.
+        std::fs::write(tmp.path().join("new/inner/later"), b"x").unwrap();
+        assert!(drain(&mut watch)
+            .iter()
+            .any(|e| e.path.ends_with("new/inner/later")));
+    }
+
+    #[tokio::test]
+    async fn a_directory_renamed_within_the_watch_reports_no_creates_for_its_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("a")).unwrap();
+        std::fs::write(tmp.path().join("a/f"), b"x").unwrap();
+        let mut watch = Watch::new(true).unwrap();
+        watch.add(tmp.path(), None).unwrap();
+        std::fs::rename(tmp.path().join("a"), tmp.path().join("b")).unwrap();
+        let seen = drain(&mut watch);
+        assert!(
+            seen.iter().all(|e| e.kind == FsEventKind::Rename),
+            "{seen:?}"
+        );
+        std::fs::write(tmp.path().join("b/g"), b"x").unwrap();
+        let later = drain(&mut watch);
+        let path = tmp.path().join("b/g").to_string_lossy().into_owned();
+        assert!(later.iter().any(|e| e.path == path), "{later:?}");
     }
 }
