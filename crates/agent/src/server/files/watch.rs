@@ -206,6 +206,7 @@ pub async fn watch_dir(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
