@@ -295,6 +295,7 @@ pub struct SandboxEvent {
 
 /// Query of `GET /v1/events`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Only this sandbox's events (its id).
@@ -308,6 +309,7 @@ pub struct EventsQuery {
 
 /// Filters of `GET /v1/sandboxes` (terminated ones are listed only when asked for).
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     pub state: Option<String>,
@@ -653,6 +655,7 @@ pub struct PortUrl {
 
 /// Query of `GET .../pty/{pid}/connect`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PtyConnectQuery {
     /// Output offset to replay from (0 = everything still buffered, up to 1 MiB); a client
@@ -663,6 +666,7 @@ pub struct PtyConnectQuery {
 
 /// Query of `GET .../processes/{pid}/output`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct OutputQuery {
     /// Offset into stdout to start from.
@@ -682,6 +686,7 @@ fn yes() -> bool {
 
 /// Query of `POST .../processes/{pid}/wait`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
     pub timeout_secs: Option<f64>,
@@ -704,6 +709,7 @@ pub struct SignalRequest {
 
 /// Query of `GET /v1/sandboxes/{id}/logs`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     /// Start at this line (`seq`); default: the oldest kept.
@@ -754,6 +760,7 @@ pub struct FileEvent {
 
 /// Query of the file routes.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FileQuery {
     /// Absolute path inside the sandbox.
@@ -997,6 +1004,7 @@ pub struct SnapshotList {
 
 /// Query of `GET /v1/snapshots`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotQuery {
     /// Only snapshots of this sandbox.

@@ -39,3 +39,30 @@ fn openapi_document_lists_every_route() {
         assert!(paths.contains_key(p), "{p} missing");
     }
 }
+
+/// What code generators rely on: every operation id unique, and every path parameter in
+/// its path's template (query parameters declared as such).
+#[test]
+fn openapi_operation_ids_are_unique_and_parameters_are_where_they_are_sent() {
+    let doc: serde_json::Value = serde_json::from_str(&server::api::openapi_json()).unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap_or_default().to_string();
+            assert!(
+                ids.insert(id.clone()),
+                "operation id {id} used twice ({method} {path})"
+            );
+            for param in op["parameters"].as_array().into_iter().flatten() {
+                let name = param["name"].as_str().unwrap_or_default();
+                let in_template = path.contains(&format!("{{{name}}}"));
+                let declared_in = param["in"].as_str().unwrap_or_default();
+                assert_eq!(
+                    declared_in == "path",
+                    in_template,
+                    "{method} {path}: parameter {name} declared in {declared_in}"
+                );
+            }
+        }
+    }
+}

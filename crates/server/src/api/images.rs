@@ -94,6 +94,7 @@ pub async fn from_snapshot(
 
 /// Query of `GET /v1/images/{name}/export`.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
     /// `oci-archive` (default) or `docker-archive` (what `docker load` reads).
@@ -154,6 +155,7 @@ pub async fn push(
 
 /// Query of `POST /v1/images/import`.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ImportImageQuery {
     /// Name of the image; default: the name the archive gives it.
@@ -188,6 +190,7 @@ pub async fn import(
 
 /// Query of `POST /v1/images/build`.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DockerfileQuery {
     /// Name of the image to build (`[a-z0-9._-]`, 1-64).

@@ -42,7 +42,7 @@ use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, v
         api_types::ForkRequest, api_types::ChildError, api_types::ForkChild,
         api_types::ForkResult,
     )),
-    modifiers(&CommonErrors),
+    modifiers(&CommonErrors, &UniqueOperationIds),
     tags(
         (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "pty"), (name = "files"),
         (name = "images"), (name = "volumes"), (name = "snapshots"), (name = "system"),
@@ -67,6 +67,33 @@ impl Modify for CommonErrors {
             ];
             for op in ops.into_iter().flatten() {
                 add_common_errors(path, op);
+            }
+        }
+    }
+}
+
+/// Names every operation `<tag>_<handler>` (`sandboxes_list`, `images_list`): handlers of
+/// different routers share names, and OpenAPI wants operation ids unique, as the code
+/// generators that read the document (the TypeScript SDK's types) rely on.
+struct UniqueOperationIds;
+
+impl Modify for UniqueOperationIds {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        for item in doc.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in ops.into_iter().flatten() {
+                let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+                if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
+                    if !id.starts_with(&format!("{tag}_")) {
+                        *id = format!("{tag}_{id}");
+                    }
+                }
             }
         }
     }

@@ -154,6 +154,7 @@ pub async fn export(State(m): State<AppState>, Path(id): Path<String>) -> ApiRes
 
 /// Query of `POST /v1/snapshots/import`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ImportQuery {
     /// Accept a filesystem snapshot that is unsigned or signed with another host's key

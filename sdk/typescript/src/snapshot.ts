@@ -1,0 +1,138 @@
+/** Snapshots: a sandbox's disk (and with a memory checkpoint, its running processes) kept
+ * to restore, fork, export and import. */
+
+import { createReadStream, createWriteStream } from "node:fs";
+import { rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+
+import { Client } from "./client.js";
+import { seg } from "./transport.js";
+import { camelize, snakeize, type ForkChild, type ForkRequest, type SnapshotInfo, type SnapshotType } from "./wire.js";
+import { Sandbox, type CreateOptions } from "./sandbox.js";
+import type { components } from "./openapi.js";
+
+/** What a fork takes: every child's env, secrets and labels, per-child additions, names and
+ * idle timeout. */
+export type ForkOptions = Omit<ForkRequest, "count"> & { signal?: AbortSignal };
+
+/** A child that failed to start, and why. */
+export interface ForkFailure {
+  index: number;
+  code: string;
+  message: string;
+}
+
+/** The sandboxes a fork started (each child succeeds or fails on its own). */
+export class ForkResult implements Iterable<Sandbox> {
+  /** @internal */
+  constructor(
+    /** The snapshot the children started from. */
+    readonly snapshotId: string,
+    /** The children that started, in index order. */
+    readonly sandboxes: Sandbox[],
+    /** The children that did not, with why. */
+    readonly errors: ForkFailure[],
+  ) {}
+
+  [Symbol.iterator](): Iterator<Sandbox> {
+    return this.sandboxes[Symbol.iterator]();
+  }
+
+  get length(): number {
+    return this.sandboxes.length;
+  }
+
+  /** Terminates every child that started. */
+  async terminateAll(): Promise<void> {
+    await Promise.all(this.sandboxes.map((s) => s.terminate()));
+  }
+}
+
+/** @internal The fork result of the daemon's `ForkResult` document. */
+export function forkResult(client: Client, doc: components["schemas"]["ForkResult"]): ForkResult {
+  const children = camelize<ForkChild[]>(doc.children);
+  const started = children.filter((c) => c.sandbox).map((c) => new Sandbox(client, c.sandbox!));
+  const failed = children.filter((c) => !c.sandbox).map((c) => ({ index: c.index, code: c.error?.code ?? "failed", message: c.error?.message ?? "the child did not start" }));
+  return new ForkResult(doc.snapshot_id, started, failed);
+}
+
+/** A snapshot. */
+export class Snapshot {
+  /** @internal */
+  constructor(
+    readonly client: Client,
+    /** The snapshot as last read. */
+    public info: SnapshotInfo,
+  ) {}
+
+  get id(): string {
+    return this.info.id;
+  }
+
+  get type(): SnapshotType {
+    return this.info.type;
+  }
+
+  /** The snapshot with this id. */
+  static async get(id: string, options: { client?: Client } = {}): Promise<Snapshot> {
+    const client = options.client ?? new Client();
+    return new Snapshot(client, camelize(await client.transport.json("GET", `/v1/snapshots/${seg(id)}`)));
+  }
+
+  /** Snapshots, optionally only those of one sandbox or of one type. */
+  static async list(options: { source?: string; type?: SnapshotType; client?: Client } = {}): Promise<Snapshot[]> {
+    const client = options.client ?? new Client();
+    const doc = await client.transport.json<components["schemas"]["SnapshotList"]>("GET", "/v1/snapshots", { query: { source: options.source, type: options.type } });
+    return doc.snapshots.map((s) => new Snapshot(client, camelize(s)));
+  }
+
+  /** Starts `count` independent sandboxes from this snapshot in one call. */
+  async fork(count: number, options: ForkOptions = {}): Promise<ForkResult> {
+    const { signal, ...rest } = options;
+    const json = snakeize({ ...rest, count });
+    const doc = await this.client.transport.json<components["schemas"]["ForkResult"]>("POST", `/v1/snapshots/${seg(this.id)}/fork`, { json, signal, idleTimeoutMs: 0 });
+    return forkResult(this.client, doc);
+  }
+
+  /** Starts one sandbox from this snapshot (a memory snapshot: warm, its processes running). */
+  async restore(options: Omit<CreateOptions, "snapshotId" | "image" | "client"> = {}): Promise<Sandbox> {
+    return Sandbox.create({ ...options, snapshotId: this.id, client: this.client });
+  }
+
+  /** Deletes the snapshot; sandboxes started from it keep working. */
+  async delete(): Promise<void> {
+    await this.client.transport.json("DELETE", `/v1/snapshots/${seg(this.id)}`);
+  }
+
+  /** The snapshot as one signed file, streamed (restores the same on any host with the key). */
+  async export(options: { signal?: AbortSignal } = {}): Promise<Readable> {
+    return this.client.transport.open("POST", `/v1/snapshots/${seg(this.id)}/export`, { signal: options.signal, idleTimeoutMs: 0 });
+  }
+
+  /** Exports into a local file; nothing is left there if it fails. Resolves with its size. */
+  async exportTo(localPath: string, options: { signal?: AbortSignal } = {}): Promise<number> {
+    const temporary = join(dirname(localPath), `.${basename(localPath)}.${process.pid}.${Date.now()}.part`);
+    try {
+      const source = await this.export(options);
+      let size = 0;
+      source.on("data", (chunk: Buffer) => (size += chunk.length));
+      await pipeline(source, createWriteStream(temporary, { flags: "wx" }));
+      await rename(temporary, localPath);
+      return size;
+    } catch (e) {
+      await rm(temporary, { force: true });
+      throw e;
+    }
+  }
+
+  /** Imports an exported snapshot (a local file's path, or a stream of its bytes); its
+   * checksums are verified before anything is kept. */
+  static async import(source: string | Readable | AsyncIterable<Uint8Array>, options: { client?: Client; signal?: AbortSignal } = {}): Promise<Snapshot> {
+    const client = options.client ?? new Client();
+    const body = typeof source === "string" ? createReadStream(source) : source;
+    const doc = await client.transport.json("POST", "/v1/snapshots/import", { body, signal: options.signal, idleTimeoutMs: 0 });
+    return new Snapshot(client, camelize(doc));
+  }
+}
