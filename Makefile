@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
+.PHONY: setup build build-release demo test test-rust test-python test-typescript fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
 
 setup:
 	@scripts/setup
@@ -20,7 +20,7 @@ build-release: setup
 demo: build-release
 	@scripts/demo
 
-test: build test-rust test-python fuzz
+test: build test-rust test-python test-typescript fuzz
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -34,6 +34,10 @@ test-python:
 	  $(PYTHON) -m pytest -q $$suite || failed="$$failed $$suite"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "failed suites:$$failed"; exit 1; fi
+
+# The TypeScript SDK against a real daemon (its dependencies from the lockfile).
+test-typescript:
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 # Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/SECURITY.md).
 FUZZ_TIME ?= 20

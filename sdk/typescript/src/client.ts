@@ -136,7 +136,10 @@ export class JsonStream<T> implements AsyncIterable<T> {
       throw e;
     }
     try {
-      for await (const item of ndjson<unknown>(stream)) yield camelize<T>(item);
+      for await (const item of ndjson<unknown>(stream)) {
+        if (this.abort.signal.aborted) return;
+        yield camelize<T>(item);
+      }
     } catch (e) {
       if (this.abort.signal.aborted) return;
       throw e;

@@ -69,14 +69,21 @@ export class PtySession implements AsyncIterable<Buffer> {
     const url = ep.scheme === "unix" ? `ws+unix://${ep.socketPath}:${path}` : `${ep.scheme === "https" ? "wss" : "ws"}://${hostOf(ep.host)}:${ep.port}${path}`;
     const headers: Record<string, string> = this.transport.token ? { authorization: `Bearer ${this.transport.token}` } : {};
     const socket = new WebSocket(url, { headers, ca: this.transport.caBundle });
+    // Listening from the start: output sent along with the handshake is delivered in the
+    // same tick as "open", before anything awaiting it runs.
+    socket.on("message", (data: Buffer, isBinary: boolean) => this.received(data, isBinary));
+    // A socket that never opened is the failed attempt `connect` rejects with.
+    let opened = false;
+    socket.on("close", (code: number, reason: Buffer) => opened && void this.lost(socket, code, reason.toString()));
+    this.socket = socket;
     await new Promise<void>((resolve, reject) => {
-      socket.once("open", resolve);
+      socket.once("open", () => {
+        opened = true;
+        resolve();
+      });
       socket.once("unexpected-response", (_req, res) => reject(new SandboxError(`terminal session ${this.pid}: the daemon answered ${res.statusCode}`)));
       socket.once("error", reject);
     });
-    this.socket = socket;
-    socket.on("message", (data: Buffer, isBinary: boolean) => this.received(data, isBinary));
-    socket.on("close", (code: number, reason: Buffer) => void this.lost(socket, code, reason.toString()));
     socket.on("error", () => undefined);
   }
 

@@ -121,6 +121,9 @@ export class Transport {
       path: target(ep, path, options.query),
       headers,
       signal: options.signal,
+      // A connection of its own, closed after the reply: no pooled socket the daemon may
+      // have closed meanwhile is ever reused.
+      agent: false,
       ...(ep.scheme === "unix" ? { socketPath: ep.socketPath } : { host: ep.host, port: ep.port }),
       ...(this.caBundle ? { ca: this.caBundle } : {}),
     };

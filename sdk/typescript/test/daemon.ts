@@ -82,7 +82,9 @@ export async function startDaemon(): Promise<Daemon> {
       }
       const exited = new Promise((r) => child.once("exit", r));
       child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 60_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([exited, new Promise((r) => (timer = setTimeout(r, 60_000)))]);
+      clearTimeout(timer);
       if (child.exitCode === null) {
         child.kill("SIGKILL");
         throw new Error(`the daemon did not stop within 60 s of SIGTERM:\n${logTail(log)}`);

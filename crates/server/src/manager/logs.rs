@@ -57,7 +57,8 @@ impl Manager {
             let mut filter = filter;
             // The plane is held while the agent connection is open: through the backlog,
             // and for a followed log until a checkpoint interrupts it.
-            let Some(last) = send_backlog(backlog, q.tail, &mut filter, &m, &id, &tx).await else {
+            let Some(last) = send_backlog(backlog, since, q.tail, &mut filter, &m, &id, &tx).await
+            else {
                 return;
             };
             if !q.follow {
@@ -138,9 +139,11 @@ impl Filter {
 }
 
 /// Sends the log up to now (its last `tail` lines that pass the filter); returns the
-/// `seq` of the last line read.
+/// `seq` of the last line read, or the one before `since` when there was none (so a follow
+/// from a line not written yet starts there, not at the beginning).
 async fn send_backlog(
     mut backlog: Stream<Vec<LogLine>>,
+    since: u64,
     tail: Option<usize>,
     filter: &mut Filter,
     m: &Manager,
@@ -175,5 +178,5 @@ async fn send_backlog(
             return None;
         }
     }
-    last.or(Some(0))
+    last.or(Some(since.saturating_sub(1)))
 }
