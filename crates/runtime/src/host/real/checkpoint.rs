@@ -263,12 +263,29 @@ impl RealHost {
     }
 }
 
+/// Tries at freezing a sandbox before its failure is the caller's.
+const PAUSE_ATTEMPTS: u64 = 5;
+
 /// The sandbox's `kernel.shm_rmid_forced` (see [`crate::oci::SYSCTLS`]), as a /proc/sys path.
 const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
 impl CheckpointHost for RealHost {
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
-        run(runc(root).args(["pause", id])).map(drop)
+        // The freezer can miss a task that is mid-fork or in an uninterruptible wait, and
+        // runc then gives up with "unable to freeze" (and thaws): a moment later it works.
+        let mut attempt = 1;
+        loop {
+            match run(runc(root).args(["pause", id])) {
+                Err(e)
+                    if attempt < PAUSE_ATTEMPTS && e.to_string().contains("unable to freeze") =>
+                {
+                    tracing::debug!(sandbox = id, attempt, "freezing failed, trying again: {e}");
+                    std::thread::sleep(Duration::from_millis(50 * attempt));
+                    attempt += 1;
+                }
+                other => return other.map(drop),
+            }
+        }
     }
 
     fn runc_resume(&self, root: &Path, id: &str) -> Result<()> {
