@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
 
 setup:
 	@scripts/setup
@@ -20,7 +20,7 @@ build-release: setup
 demo: build-release
 	@scripts/demo
 
-test: build test-rust test-python test-typescript fuzz
+test: build test-rust test-python test-typescript test-console fuzz
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -38,6 +38,11 @@ test-python:
 # The TypeScript SDK against a real daemon (its dependencies from the lockfile).
 test-typescript:
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
+
+# The web console in headless Chromium, driven by Playwright, against a real daemon (the
+# console itself is built into the binary by crates/console-embed).
+test-console:
+	cd console && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 # Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/SECURITY.md).
 FUZZ_TIME ?= 20

@@ -36,6 +36,9 @@ pub struct ServeArgs {
     /// written (default true; starts the kernel's ksmd).
     #[arg(long, value_name = "BOOL")]
     pub memory_merge: Option<bool>,
+    /// Serve the web console under /ui/ (default true).
+    #[arg(long, value_name = "BOOL")]
+    pub ui: Option<bool>,
     /// Restore memory snapshots lazily: pages copied in as the sandbox touches them and
     /// the rest in the background (default true).
     #[arg(long, value_name = "BOOL")]
@@ -71,6 +74,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.default_image = a.default_image.unwrap_or(c.default_image);
     c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
     c.memory_merge = a.memory_merge.unwrap_or(c.memory_merge);
+    c.ui = a.ui.unwrap_or(c.ui);
     c.lazy_restore = a.lazy_restore.unwrap_or(c.lazy_restore);
     c.pool_size = a.pool_size.unwrap_or(c.pool_size);
     c.pool_memory_mb = a.pool_memory_mb.unwrap_or(c.pool_memory_mb);
@@ -118,6 +122,7 @@ mod tests {
             default_image: None,
             admission_wait_secs: None,
             memory_merge: Some(false),
+            ui: Some(false),
             lazy_restore: Some(false),
             pool_size: Some(0),
             pool_memory_mb: None,
@@ -127,7 +132,7 @@ mod tests {
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
-        assert!(!c.memory_merge && !c.lazy_restore);
+        assert!(!c.memory_merge && !c.lazy_restore && !c.ui);
         assert_eq!(c.insecure_registries, ["127.0.0.1:5000"]);
         assert_eq!(
             c.socket_path(),

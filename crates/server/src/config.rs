@@ -94,6 +94,9 @@ pub struct Config {
     /// snapshot then share what none of them has written. Starts `ksmd` if it is stopped.
     /// docs/checkpoints.md, memory sharing.
     pub memory_merge: bool,
+    /// Serve the web console under `/ui/` (on the Unix socket and the TCP listener; the
+    /// TCP one asks for the API token before it shows anything). docs/console.md.
+    pub ui: bool,
     /// Restore memory snapshots lazily: a restored sandbox runs before its memory is
     /// read back, pages copied in as it touches them and the rest in the background
     /// (CRIU's lazy pages over userfaultfd; off by itself where the host lacks them).
@@ -159,6 +162,7 @@ impl Default for Config {
             max_exec_output_bytes: 64 << 20,
             disk_flush: disk::fuse::FlushMode::default(),
             memory_merge: true,
+            ui: true,
             lazy_restore: true,
             pool_size: 2,
             pool_memory_mb: 2048,

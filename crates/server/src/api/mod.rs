@@ -2,6 +2,7 @@
 //! Errors are `{code, message}` with the status [`crate::Error::status_code`] gives.
 
 mod auth;
+mod console;
 mod events;
 mod exec;
 mod extract;
@@ -228,6 +229,9 @@ pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
     if let Some(token) = &token {
         app = app.layer(middleware::from_fn_with_state(token.clone(), auth::require));
         ports = ports.layer(middleware::from_fn_with_state(token.clone(), auth::mark));
+    }
+    if manager.config().ui {
+        ports = ports.merge(console::routes());
     }
     ports
         .merge(app)
