@@ -37,12 +37,12 @@ test-python:
 
 # The TypeScript SDK against a real daemon (its dependencies from the lockfile).
 test-typescript:
-	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test
+	cd sdk/typescript && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm test
 
 # The web console in headless Chromium, driven by Playwright, against a real daemon (the
 # console itself is built into the binary by crates/console-embed).
 test-console:
-	cd console && npm ci --no-audit --no-fund --loglevel=error && npm test
+	cd console && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm test
 
 # Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/SECURITY.md).
 FUZZ_TIME ?= 20

@@ -53,7 +53,13 @@ fn build(console: &Path, dist: &Path) {
             > modified(&console.join("node_modules/.package-lock.json"))
     {
         run(Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .args([
+                "ci",
+                "--prefer-offline",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ])
             .current_dir(console));
     }
     run(Command::new("node_modules/.bin/tsc")
