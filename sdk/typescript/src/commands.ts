@@ -3,7 +3,7 @@
 import type { Readable } from "node:stream";
 
 import { ConnectionError, SandforkError, streamError } from "./errors.js";
-import { ndjson, type Transport } from "./transport.js";
+import { ndjson, stdinFields, type Transport } from "./transport.js";
 import { camelize, snakeize, type ExecRequest, type ExecResult, type StreamEvent } from "./wire.js";
 
 /** How a command runs. */
@@ -57,10 +57,7 @@ export function execBody(command: string, args: string[], options: RunOptions, s
     timeoutSecs: options.timeoutSecs,
     stream,
   };
-  const body = snakeize(request) as Record<string, unknown>;
-  if (typeof options.stdin === "string") body.stdin = options.stdin;
-  else if (options.stdin) body.stdin_b64 = Buffer.from(options.stdin).toString("base64");
-  return body;
+  return { ...(snakeize(request) as object), ...stdinFields(options.stdin) };
 }
 
 /** The result of a non-streamed exec. */

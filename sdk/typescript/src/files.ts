@@ -1,13 +1,10 @@
 /** Files in a sandbox: read, written, listed and watched by the sandbox's agent, inside it. */
 
-import { createReadStream, createWriteStream } from "node:fs";
-import { rename, rm } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
+import { createReadStream } from "node:fs";
 import type { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 
 import { JsonStream } from "./client.js";
-import { bytes, type Transport } from "./transport.js";
+import { bytes, saveTo, type Transport } from "./transport.js";
 import { camelize, type FileEntry, type FileEvent } from "./wire.js";
 import type { components } from "./openapi.js";
 
@@ -57,18 +54,7 @@ export class Files {
   /** Copies a file out of the sandbox into `localPath`, streamed; nothing is left at
    * `localPath` if it fails. Resolves with the bytes written. */
   async downloadTo(path: string, localPath: string, options: { signal?: AbortSignal } = {}): Promise<number> {
-    const temporary = join(dirname(localPath), `.${basename(localPath)}.${process.pid}.${Date.now()}.part`);
-    try {
-      const source = await this.download(path, options);
-      let written = 0;
-      source.on("data", (chunk: Buffer) => (written += chunk.length));
-      await pipeline(source, createWriteStream(temporary, { flags: "wx" }));
-      await rename(temporary, localPath);
-      return written;
-    } catch (e) {
-      await rm(temporary, { force: true });
-      throw e;
-    }
+    return saveTo(() => this.download(path, options), localPath);
   }
 
   /** The entries of a directory. */

@@ -1,7 +1,7 @@
 /** Background processes in a sandbox: started, fed, signalled, waited on, their output read. */
 
 import { CommandStream, type OutputChunk } from "./commands.js";
-import { seg, type Transport } from "./transport.js";
+import { seg, stdinFields, type Transport } from "./transport.js";
 import { camelize, snakeize, type ProcessInfo, type SpawnRequest } from "./wire.js";
 
 /** How a background process starts: the command's options plus supervision. */
@@ -96,9 +96,7 @@ export async function startProcess(
   options: StartProcessOptions,
 ): Promise<Process> {
   const { stdin, signal, ...rest } = options;
-  const body = snakeize({ ...rest, command, args }) as Record<string, unknown>;
-  if (typeof stdin === "string") body.stdin = stdin;
-  else if (stdin) body.stdin_b64 = Buffer.from(stdin).toString("base64");
+  const body = { ...(snakeize({ ...rest, command, args }) as object), ...stdinFields(stdin) };
   const info = camelize<ProcessInfo>(await transport.json("POST", `${route}/processes`, { json: body, signal }));
   return new Process(transport, route, info);
 }

@@ -1,14 +1,11 @@
 /** Snapshots: a sandbox's disk (and with a memory checkpoint, its running processes) kept
  * to restore, fork, export and import. */
 
-import { createReadStream, createWriteStream } from "node:fs";
-import { rename, rm } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
+import { createReadStream } from "node:fs";
+import type { Readable } from "node:stream";
 
 import { Client } from "./client.js";
-import { seg } from "./transport.js";
+import { saveTo, seg } from "./transport.js";
 import { camelize, snakeize, type ForkChild, type ForkRequest, type SnapshotInfo, type SnapshotType } from "./wire.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
 import type { components } from "./openapi.js";
@@ -113,18 +110,7 @@ export class Snapshot {
 
   /** Exports into a local file; nothing is left there if it fails. Resolves with its size. */
   async exportTo(localPath: string, options: { signal?: AbortSignal } = {}): Promise<number> {
-    const temporary = join(dirname(localPath), `.${basename(localPath)}.${process.pid}.${Date.now()}.part`);
-    try {
-      const source = await this.export(options);
-      let size = 0;
-      source.on("data", (chunk: Buffer) => (size += chunk.length));
-      await pipeline(source, createWriteStream(temporary, { flags: "wx" }));
-      await rename(temporary, localPath);
-      return size;
-    } catch (e) {
-      await rm(temporary, { force: true });
-      throw e;
-    }
+    return saveTo(() => this.export(options), localPath);
   }
 
   /** Imports an exported snapshot (a local file's path, or a stream of its bytes); its

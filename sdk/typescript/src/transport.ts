@@ -4,10 +4,13 @@
  * client serves any number of concurrent calls; streamed replies keep theirs until read.
  */
 
-import { readFileSync } from "node:fs";
+import { createWriteStream, readFileSync } from "node:fs";
+import { rename, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import http from "node:http";
 import https from "node:https";
 import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
 import { StringDecoder } from "node:string_decoder";
 
 import { ConnectionError, InvalidArgumentError, apiError } from "./errors.js";
@@ -192,4 +195,28 @@ export async function* ndjson<T>(stream: Readable): AsyncGenerator<T> {
   } finally {
     stream.destroy();
   }
+}
+
+/** Writes a streamed body into `localPath` through a temporary file beside it, renamed
+ * into place at the end: nothing is left at `localPath` if it fails. Resolves with the
+ * bytes written. */
+export async function saveTo(open: () => Promise<Readable>, localPath: string): Promise<number> {
+  const temporary = join(dirname(localPath), `.${basename(localPath)}.${process.pid}.${Date.now()}.part`);
+  try {
+    const source = await open();
+    let written = 0;
+    source.on("data", (chunk: Buffer) => (written += chunk.length));
+    await pipeline(source, createWriteStream(temporary, { flags: "wx" }));
+    await rename(temporary, localPath);
+    return written;
+  } catch (e) {
+    await rm(temporary, { force: true });
+    throw e;
+  }
+}
+
+/** A command's standard input as the API takes it: text as `stdin`, bytes as `stdin_b64`. */
+export function stdinFields(stdin: string | Uint8Array | undefined): { stdin?: string; stdin_b64?: string } {
+  if (typeof stdin === "string") return { stdin };
+  return stdin ? { stdin_b64: Buffer.from(stdin).toString("base64") } : {};
 }

@@ -57,19 +57,26 @@ struct CommonErrors;
 
 impl Modify for CommonErrors {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        for (path, item) in doc.paths.paths.iter_mut() {
-            let ops = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for op in ops.into_iter().flatten() {
-                add_common_errors(path, op);
-            }
+        for (path, op) in operations(doc) {
+            add_common_errors(path, op);
         }
     }
+}
+
+/// Every operation of the document, with its path.
+fn operations(doc: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = (&str, &mut Operation)> {
+    doc.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        .map(move |op| (path.as_str(), op))
+    })
 }
 
 /// Names every operation `<tag>_<handler>` (`sandboxes_list`, `images_list`): handlers of
@@ -79,20 +86,11 @@ struct UniqueOperationIds;
 
 impl Modify for UniqueOperationIds {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        for item in doc.paths.paths.values_mut() {
-            let ops = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for op in ops.into_iter().flatten() {
-                let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
-                if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
-                    if !id.starts_with(&format!("{tag}_")) {
-                        *id = format!("{tag}_{id}");
-                    }
+        for (_, op) in operations(doc) {
+            let tag = op.tags.as_ref().and_then(|t| t.first()).cloned();
+            if let (Some(tag), Some(id)) = (tag, op.operation_id.as_mut()) {
+                if !id.starts_with(&format!("{tag}_")) {
+                    *id = format!("{tag}_{id}");
                 }
             }
         }
