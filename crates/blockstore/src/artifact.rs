@@ -141,6 +141,8 @@ impl Store {
     }
 
     fn export_layer(&self, id: &LayerId, w: &mut HashingWriter<'_>) -> Result<u64> {
+        // A partial layer's data file has holes where chunks are still to come.
+        self.complete(id)?;
         let layer = self.load_sealed(id)?;
         let meta_path = self.layer_dir(id).join(layer::META_FILE);
         let bytes = fs::read(&meta_path)

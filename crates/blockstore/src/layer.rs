@@ -42,6 +42,8 @@ pub struct Layer {
     pub changed: AtomicBool,
     /// Set while the layer's own directory entry has not been synced.
     unsynced_dir: AtomicBool,
+    /// For a partial layer (its blocks still arriving from an object store): what is here.
+    pub(crate) partial: Option<crate::remote::Partial>,
 }
 
 /// What a block of a disk resolves to.
@@ -111,6 +113,7 @@ impl Layer {
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
             unsynced_dir: AtomicBool::new(false),
+            partial: None,
         }
     }
 
@@ -148,6 +151,7 @@ impl Layer {
             checksum: OnceLock::new(),
             changed: AtomicBool::new(false),
             unsynced_dir: AtomicBool::new(false),
+            partial: None,
         };
         if m.header.sealed {
             let _ = layer.checksum.set(m.checksum);
@@ -187,6 +191,7 @@ impl Layer {
             checksum: self.checksum.clone(),
             changed: AtomicBool::new(true),
             unsynced_dir: AtomicBool::new(self.unsynced_dir.load(Ordering::Acquire)),
+            partial: None,
         }
     }
 
@@ -288,6 +293,9 @@ impl Layer {
     /// Reads whole blocks starting at `first` into `buf` (a multiple of 4096 bytes).
     /// Blocks of a sealed layer are checked against their hashes.
     pub fn read_blocks(&self, first: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(p) = &self.partial {
+            p.ensure(&self.id, first, (buf.len() / BS) as u64)?;
+        }
         let res = if self.direct && !fsutil::is_aligned(buf) {
             let mut bounce = AlignedBuf::new(buf.len());
             let r = fsutil::read_exact_at(&self.data, &mut bounce[..buf.len()], first * BLOCK_SIZE);

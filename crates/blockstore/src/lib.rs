@@ -15,6 +15,7 @@ mod image;
 mod layer;
 mod meta;
 mod refs;
+pub mod remote;
 mod store;
 
 pub use artifact::{verify_artifact, ArtifactLayer, ExportStats, MAX_LAYERS};

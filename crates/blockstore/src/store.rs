@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     pub root: PathBuf,
     pub opts: StoreOptions,
     cache: Mutex<HashMap<LayerId, Weak<Layer>>>,
+    /// What fetches the chunks of partial layers (`crate::remote`).
+    pub(crate) fetch: std::sync::OnceLock<Arc<dyn crate::remote::Fetch>>,
 }
 
 /// A block store rooted at a directory. Cheap to clone; safe to share between threads.
@@ -84,6 +86,7 @@ impl Store {
                 root: root.to_owned(),
                 opts,
                 cache: Mutex::new(HashMap::new()),
+                fetch: std::sync::OnceLock::new(),
             }),
         };
         Ok(store)
@@ -243,11 +246,19 @@ impl Store {
         if let Some(layer) = self.inner.cache.lock().get(id).and_then(Weak::upgrade) {
             return Ok(layer);
         }
-        let layer = Layer::open(&self.layer_dir(id), id, false, self.opts().direct_io)?;
+        let layer = self.open_sealed(id)?;
+        Ok(self.cache_layer(layer))
+    }
+
+    /// Opens sealed layer `id` (not shared), with what a partial one still misses.
+    fn open_sealed(&self, id: &LayerId) -> Result<Layer> {
+        let dir = self.layer_dir(id);
+        let mut layer = Layer::open(&dir, id, false, self.opts().direct_io)?;
         if !layer.is_sealed() {
             return Err(Error::NotSealed(id.to_string()));
         }
-        Ok(self.cache_layer(layer))
+        layer.partial = crate::remote::Partial::open(&dir, layer.size_blocks, self.fetcher())?;
+        Ok(layer)
     }
 
     pub(crate) fn cache_layer(&self, layer: Layer) -> Arc<Layer> {
@@ -361,11 +372,7 @@ impl Store {
 
     /// Re-reads every data block of a layer and checks it and the metadata checksum.
     pub fn verify(&self, id: &LayerId) -> Result<()> {
-        let layer = Layer::open(&self.layer_dir(id), id, false, self.opts().direct_io)?;
-        if !layer.is_sealed() {
-            return Err(Error::NotSealed(id.to_string()));
-        }
-        layer.verify()
+        self.open_sealed(id)?.verify()
     }
 }
 

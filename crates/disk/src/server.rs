@@ -13,6 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockstore::{BlockDevice, Disk, FileDevice, Store, StoreOptions};
+
+/// How long a read of a block still in an object store waits for the daemon that fetches
+/// it (it may be restarting) before the read fails.
+const FETCH_PATIENCE: Duration = Duration::from_secs(60);
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::control::{Request, Response, ServerStats};
@@ -69,6 +73,13 @@ impl Backend {
                 direct_io: args.direct_io,
             },
         )?;
+        // Chunks of partial layers (snapshots pulled from an object store) are fetched by
+        // the daemon that owns the store; a restart of it is waited out.
+        let socket = root.join(blockstore::remote::FETCH_SOCKET);
+        store.set_fetcher(Arc::new(blockstore::remote::SocketFetch::new(
+            socket,
+            FETCH_PATIENCE,
+        )));
         Ok(Backend::Store(Arc::new(store.open_disk(name)?)))
     }
 
