@@ -282,6 +282,7 @@ impl Partial {
 }
 
 /// A layer to add as partial: its metadata record and chunk table, as published.
+#[derive(Clone, Debug)]
 pub struct RemoteLayer {
     pub meta: Vec<u8>,
     pub chunks: Vec<u8>,
