@@ -994,6 +994,9 @@ pub struct Snapshot {
     pub memory_mb: u64,
     pub disk_mb: u64,
     pub labels: BTreeMap<String, String>,
+    /// In the cluster's object store, so that any node restores it (docs/scale-out.md).
+    #[serde(default)]
+    pub published: bool,
 }
 
 /// `GET /v1/snapshots`.
@@ -1012,6 +1015,18 @@ pub struct SnapshotQuery {
     /// Only snapshots of this type.
     #[serde(rename = "type")]
     pub kind: Option<SnapshotType>,
+    /// Also the snapshots only the object store holds (published by other nodes).
+    pub published: Option<bool>,
+}
+
+/// Query of `DELETE /v1/snapshots/{id}`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteSnapshotQuery {
+    /// Also remove it from the object store, for every node (its copies already pulled
+    /// elsewhere stay until those nodes drop them).
+    pub everywhere: Option<bool>,
 }
 
 /// Settings of one child of a fork.
@@ -1045,6 +1060,11 @@ pub struct ForkRequest {
     pub timeout_secs: Option<u64>,
     /// What every child's idle timeout does (default as at create).
     pub on_timeout: Option<OnTimeout>,
+    /// Fork index of the first child (default 0): a gateway spreading one fork over
+    /// several nodes gives each its share of the indices. `per_child[i]` is child
+    /// `first_index + i`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_index: Option<u32>,
 }
 
 /// Why one child of a fork failed.

@@ -66,7 +66,7 @@ impl Bucket {
     /// The metadata records and chunk tables of `m`'s layers, each checked against the
     /// manifest (the block store checks them against each other when they are added).
     pub async fn layer_records(&self, m: &Manifest) -> Result<Vec<RemoteLayer>> {
-        futures::stream::iter(&m.layers)
+        futures::stream::iter(m.layers.clone())
             .map(|l| async move {
                 let meta = self.get(&keys::layer(&l.id, "meta"), MAX_META).await?;
                 let chunks = self.get(&keys::layer(&l.id, "chunks"), MAX_TABLE).await?;
@@ -91,7 +91,8 @@ impl Bucket {
         let ctx = |err| RemoteError::io(format!("write {}", dest.display()), err);
         let file = std::sync::Arc::new(std::fs::File::create_new(dest).map_err(ctx)?);
         let key = keys::memory(&e.blake3);
-        let parts = e.parts.iter().enumerate().map(|(i, want)| {
+        let owned: Vec<(usize, String)> = e.parts.iter().cloned().enumerate().collect();
+        let parts = owned.into_iter().map(|(i, want)| {
             let (key, file) = (&key, file.clone());
             async move {
                 let start = i as u64 * PART;
@@ -100,7 +101,7 @@ impl Bucket {
                     true => self.get_range(key, start..end).await?,
                     false => bytes::Bytes::new(),
                 };
-                if &blake3_hex(&bytes) != want {
+                if blake3_hex(&bytes) != want {
                     return Err(RemoteError::invalid(format!(
                         "part {i} of memory file {} fails its hash",
                         e.name

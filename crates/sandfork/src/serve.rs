@@ -56,6 +56,20 @@ pub struct ServeArgs {
     /// A registry (host[:port]) pulled from over plain HTTP (repeatable).
     #[arg(long, value_name = "HOST")]
     pub insecure_registry: Vec<String>,
+    /// Publish snapshots to, and pull them from, this S3 bucket (s3://BUCKET[/PREFIX]);
+    /// credentials from the config file's [object_store] table or AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY.
+    #[arg(long, value_name = "URL")]
+    pub object_store: Option<String>,
+    /// The S3 endpoint (default: AWS's for the region).
+    #[arg(long, value_name = "URL")]
+    pub object_store_endpoint: Option<String>,
+    /// Allow a plain-HTTP object store endpoint.
+    #[arg(long)]
+    pub object_store_allow_http: bool,
+    /// This node's name in what it publishes (default: the host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -80,8 +94,40 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.pool_memory_mb = a.pool_memory_mb.unwrap_or(c.pool_memory_mb);
     c.registry_ca.extend(a.registry_ca);
     c.insecure_registries.extend(a.insecure_registry);
+    c.node_name = a.node_name.or(c.node_name);
+    object_store_flags(
+        &mut c,
+        a.object_store,
+        a.object_store_endpoint,
+        a.object_store_allow_http,
+    );
     c.validate()?;
     Ok(c)
+}
+
+/// The object store flags over the file's `[object_store]`; credentials the file does not
+/// give come from the usual AWS variables.
+fn object_store_flags(
+    c: &mut Config,
+    url: Option<String>,
+    endpoint: Option<String>,
+    allow_http: bool,
+) {
+    if url.is_none() && c.object_store.is_none() {
+        return;
+    }
+    let b = c.object_store.get_or_insert_with(Default::default);
+    b.url = url.unwrap_or(std::mem::take(&mut b.url));
+    b.endpoint = endpoint.or(b.endpoint.take());
+    b.allow_http |= allow_http;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if b.access_key_id.is_empty() {
+        b.access_key_id = env("AWS_ACCESS_KEY_ID").unwrap_or_default();
+    }
+    if b.secret_access_key.is_empty() {
+        b.secret_access_key = env("AWS_SECRET_ACCESS_KEY").unwrap_or_default();
+    }
+    b.session_token = b.session_token.take().or_else(|| env("AWS_SESSION_TOKEN"));
 }
 
 fn init_logs() {
@@ -128,12 +174,17 @@ mod tests {
             pool_memory_mb: None,
             registry_ca: Vec::new(),
             insecure_registry: vec!["127.0.0.1:5000".into()],
+            object_store: None,
+            object_store_endpoint: None,
+            object_store_allow_http: false,
+            node_name: None,
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
         assert!(!c.memory_merge && !c.lazy_restore && !c.ui);
         assert_eq!(c.insecure_registries, ["127.0.0.1:5000"]);
+        assert!(c.object_store.is_none(), "local only unless asked");
         assert_eq!(
             c.socket_path(),
             std::path::PathBuf::from("/tmp/d/sandfork.sock")

@@ -247,6 +247,11 @@ pub trait Backend: Send + Sync + 'static {
     fn host_disk(&self) -> Option<HostDisk> {
         None
     }
+    /// The block store sandbox disks live in, for publishing to and pulling from an
+    /// object store; `None` where disks are not block-store disks.
+    fn block_store(&self) -> Option<blockstore::Store> {
+        None
+    }
     /// Removes every host resource of sandboxes not in `keep` (after a crash).
     async fn cleanup_stale(&self, keep: &[String]) -> BackendResult<()>;
     /// Boots a sandbox; on error nothing of it is left behind.

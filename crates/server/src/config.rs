@@ -131,6 +131,19 @@ pub struct Config {
     /// any other private, link-local or host range are dropped: a public name pointed at
     /// them is DNS rebinding. Loopback and link-local ranges cannot be listed.
     pub dns_trusted_ranges: Vec<String>,
+    /// Publish snapshots to this S3-compatible object store and pull from it the ones
+    /// this node lacks (an `[object_store]` table: url, endpoint, region, allow_http,
+    /// access_key_id, secret_access_key; none = snapshots stay on this node).
+    /// docs/scale-out.md.
+    pub object_store: Option<remote::BucketConfig>,
+    /// With `object_store`: every snapshot (but a suspend's own) is published once
+    /// taken, in the background.
+    pub publish_snapshots: bool,
+    /// Space, in MiB, that snapshots pulled from the object store may take here (their
+    /// memory images and fetched blocks) before the least recently used go.
+    pub remote_cache_mb: u64,
+    /// This node's name in what it publishes (default: the host name).
+    pub node_name: Option<String>,
 }
 
 impl Default for Config {
@@ -174,6 +187,10 @@ impl Default for Config {
             gateway_connections_per_sandbox: 256,
             dns_upstreams: Vec::new(),
             dns_trusted_ranges: Vec::new(),
+            object_store: None,
+            publish_snapshots: true,
+            remote_cache_mb: 10_240,
+            node_name: None,
         }
     }
 }
@@ -247,7 +264,19 @@ impl Config {
             ));
         }
         self.dns_trusted()?;
+        if let Some(b) = &self.object_store {
+            remote::Bucket::open(b).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
         Ok(())
+    }
+
+    /// This node's name: `node_name`, else the host name.
+    pub fn node(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "sandfork".into())
+        })
     }
 
     /// `dns_trusted_ranges`, parsed; loopback and link-local (the metadata service) are

@@ -82,6 +82,8 @@ pub struct Metrics {
     pub pool_misses: Counter,
     /// Ready forks removed unused (idle, budget, room for a request, snapshot deleted).
     pub pool_evictions: Counter,
+    /// Pulled snapshots dropped from the object store cache.
+    pub remote_evictions: Counter,
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -151,6 +153,11 @@ impl Metrics {
             &mut out,
             "sandfork_pool_evictions_total",
             "Ready forks removed unused.",
+        );
+        self.remote_evictions.render(
+            &mut out,
+            "sandfork_object_store_cache_evictions_total",
+            "Pulled snapshots dropped from the object store cache.",
         );
         self.create.render(
             &mut out,
@@ -445,5 +452,15 @@ mod tests {
         assert!(text.contains("sandfork_memory_merge_full_scans_total 3\n"));
         let off = m.render(&BTreeMap::new(), None, PoolGauge::default());
         assert!(!off.contains("memory_merge"));
+    }
+}
+
+/// Counters given as (name, help, value).
+pub fn render_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
     }
 }

@@ -31,6 +31,10 @@ pub struct SnapshotRecord {
     /// 0 in records written before it was kept.
     #[serde(default)]
     pub restore_bytes: u64,
+    /// A copy of a snapshot published by another node, pulled from the object store: a
+    /// cache entry, dropped when the cache is full (docs/scale-out.md).
+    #[serde(default)]
+    pub pulled: bool,
 }
 
 impl SnapshotRecord {

@@ -842,6 +842,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/snapshots/{id}/publish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Publish a snapshot to the object store, so any node restores it (done by itself
+         *     after each checkpoint when `publish_snapshots` is on; this waits until it is there).
+         */
+        post: operations["snapshots_publish"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/volumes": {
         parameters: {
             query?: never;
@@ -1141,6 +1161,13 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
+            /**
+             * Format: int32
+             * @description Fork index of the first child (default 0): a gateway spreading one fork over
+             *     several nodes gives each its share of the indices. `per_child[i]` is child
+             *     `first_index + i`.
+             */
+            first_index?: number | null;
             labels?: {
                 [key: string]: string;
             };
@@ -1599,6 +1626,8 @@ export interface components {
             /** Format: int64 */
             memory_mb: number;
             name?: string | null;
+            /** @description In the cluster's object store, so that any node restores it (docs/scale-out.md). */
+            published?: boolean;
             /**
              * Format: int64
              * @description Bytes the snapshot's own disk layer and memory images occupy.
@@ -4018,6 +4047,8 @@ export interface operations {
                 source?: string;
                 /** @description Only snapshots of this type. */
                 type?: components["schemas"]["SnapshotType"];
+                /** @description Also the snapshots only the object store holds (published by other nodes). */
+                published?: boolean;
             };
             header?: never;
             path?: never;
@@ -4249,6 +4280,63 @@ export interface operations {
                 };
             };
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    snapshots_publish: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Snapshot id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            /** @description Invalid parameter or body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No object store is configured */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The object store cannot be reached */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -23,7 +23,7 @@ use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, v
         images::list, images::build, images::ensure, images::pull, images::build_dockerfile, images::from_snapshot, images::import, images::export, images::push, images::inspect, images::delete,
         volumes::create, volumes::list, volumes::inspect, volumes::delete,
         snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,
-        snapshots::list, snapshots::get_one, snapshots::delete, snapshots::fork_snapshot,
+        snapshots::list, snapshots::get_one, snapshots::delete, snapshots::publish, snapshots::fork_snapshot,
         snapshots::export, snapshots::import,
         system::health, system::metrics, system::openapi,
     ),

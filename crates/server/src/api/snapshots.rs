@@ -12,8 +12,8 @@ use tokio::io::AsyncWriteExt;
 use serde::Deserialize;
 
 use api_types::{
-    CheckpointRequest, ErrorBody, ForkRequest, ForkResult, Sandbox, Snapshot, SnapshotList,
-    SnapshotQuery, SnapshotType,
+    CheckpointRequest, DeleteSnapshotQuery, ErrorBody, ForkRequest, ForkResult, Sandbox, Snapshot,
+    SnapshotList, SnapshotQuery, SnapshotType,
 };
 
 use super::extract::{ApiJson, ApiQuery};
@@ -110,9 +110,27 @@ pub async fn get_one(
 #[utoipa::path(delete, path = "/v1/snapshots/{id}", tag = "snapshots",
     params(("id" = String, Path, description = "Snapshot id")),
     responses((status = 204), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    m.delete_snapshot(&id).await?;
+pub async fn delete(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<DeleteSnapshotQuery>,
+) -> ApiResult<StatusCode> {
+    m.delete_snapshot(&id, q.everywhere == Some(true)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Publish a snapshot to the object store, so any node restores it (done by itself
+/// after each checkpoint when `publish_snapshots` is on; this waits until it is there).
+#[utoipa::path(post, path = "/v1/snapshots/{id}/publish", tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    responses((status = 200, body = Snapshot), (status = 404, body = ErrorBody),
+        (status = 422, description = "No object store is configured", body = ErrorBody),
+        (status = 503, description = "The object store cannot be reached", body = ErrorBody)))]
+pub async fn publish(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Snapshot>> {
+    Ok(Json(m.publish_snapshot(&id).await?))
 }
 
 /// Start `count` independent sandboxes from a snapshot, concurrently.
@@ -253,5 +271,6 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/snapshots/import", post(import))
         .route("/v1/snapshots/{id}", get(get_one).delete(delete))
         .route("/v1/snapshots/{id}/fork", post(fork_snapshot))
+        .route("/v1/snapshots/{id}/publish", post(publish))
         .route("/v1/snapshots/{id}/export", post(export))
 }

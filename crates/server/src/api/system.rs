@@ -26,6 +26,7 @@ pub async fn metrics(State(m): State<AppState>) -> impl IntoResponse {
     let mut text = m
         .metrics()
         .render(&m.state_counts(), m.host_merge(), m.pool_gauge());
+    crate::metrics::render_counters(&mut text, &m.remote_counters());
     crate::metrics::render_sandboxes(&mut text, &m.all_stats().await);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

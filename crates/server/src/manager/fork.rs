@@ -25,6 +25,8 @@ use crate::store::SandboxRow;
 pub const FORK_PARALLELISM: usize = 4;
 /// Most children one fork request may ask for.
 pub const MAX_FORK: u32 = 256;
+/// Largest `first_index` (a gateway's fan-out numbers children across nodes).
+pub const MAX_FIRST_INDEX: u32 = 1 << 20;
 
 /// One child to start from a snapshot.
 #[derive(Debug, Clone, Default)]
@@ -154,7 +156,7 @@ impl Manager {
         self.check_open()?;
         validate(&req)?;
         let snap = req.snapshot_id.clone().unwrap_or_default();
-        let rec = self.snapshot_record(&snap).await?;
+        let rec = self.usable_snapshot(&snap).await?;
         check_pinned(&rec, &req)?;
         let child = Child {
             index: 0,
@@ -292,20 +294,20 @@ impl Manager {
     pub async fn fork_snapshot(&self, snap_id: &str, req: ForkRequest) -> Result<ForkResult> {
         self.check_open()?;
         check_fork(&req)?;
-        let rec = self.snapshot_record(snap_id).await?;
+        let rec = self.usable_snapshot(snap_id).await?;
         let children = futures::stream::iter(0..req.count)
             .map(|i| {
                 let child = child_of(&req, i);
-                let rec = &rec;
+                let (rec, index) = (&rec, child.index);
                 async move {
                     match self.start_child(rec, child).await {
                         Ok(sb) => ForkChild {
-                            index: i,
+                            index,
                             sandbox: Some(sb),
                             error: None,
                         },
                         Err(e) => ForkChild {
-                            index: i,
+                            index,
                             sandbox: None,
                             error: Some(child_error(&e)),
                         },
@@ -345,6 +347,11 @@ fn check_fork(req: &ForkRequest) -> Result<()> {
             req.count
         )));
     }
+    if req.first_index.is_some_and(|f| f > MAX_FIRST_INDEX) {
+        return Err(Error::InvalidArgument(format!(
+            "first_index must be at most {MAX_FIRST_INDEX}"
+        )));
+    }
     if req.per_child.len() > req.count as usize {
         return Err(Error::InvalidArgument(
             "per_child has more entries than count".into(),
@@ -378,9 +385,10 @@ fn child_of(req: &ForkRequest, i: u32) -> Child {
         env.extend(c.env.clone());
         labels.extend(c.labels.clone());
     }
+    let index = req.first_index.unwrap_or(0) + i;
     Child {
-        index: i,
-        name: req.name_prefix.as_ref().map(|p| format!("{p}-{i}")),
+        index,
+        name: req.name_prefix.as_ref().map(|p| format!("{p}-{index}")),
         env,
         secrets: req.secrets.clone(),
         labels,
@@ -410,6 +418,7 @@ mod tests {
                 memory_mb: 128,
                 disk_mb: 0,
                 labels: BTreeMap::new(),
+                published: false,
             },
             layer_id: "l".into(),
             memory_dir: None,
@@ -430,6 +439,7 @@ mod tests {
             hooks: vec![],
             internal: false,
             restore_bytes: 0,
+            pulled: false,
         }
     }
 
@@ -470,6 +480,7 @@ mod tests {
             name_prefix: Some("w".into()),
             timeout_secs: Some(5),
             on_timeout: None,
+            first_index: None,
         };
         check_fork(&req).unwrap();
         let (c0, c2) = (child_of(&req, 0), child_of(&req, 2));
@@ -491,6 +502,16 @@ mod tests {
         assert_eq!(r2.view.snapshot_id.as_deref(), Some("snap-1"));
         assert_eq!(r0.boot.env["A"], "1", "the snapshot's env is kept");
         assert_eq!(r0.view.timeout_secs, 5);
+        // A gateway's share of a larger fork: indices and names from first_index on,
+        // per_child[0] being the share's first child.
+        let share = ForkRequest {
+            first_index: Some(8),
+            ..req.clone()
+        };
+        let (s0, s2) = (child_of(&share, 0), child_of(&share, 2));
+        assert_eq!((s0.index, s2.index), (8, 10));
+        assert_eq!(s2.name.as_deref(), Some("w-10"));
+        assert_eq!(s0.env["E"], "first");
     }
 
     #[test]

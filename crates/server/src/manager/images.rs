@@ -406,7 +406,7 @@ impl Manager {
     pub async fn image_from_snapshot(&self, name: &str, snapshot_id: &str) -> Result<Image> {
         self.check_open()?;
         check_image_name(name)?;
-        let rec = self.snapshot_record(snapshot_id).await?;
+        let rec = self.usable_snapshot(snapshot_id).await?;
         let _build = self.image_builds.lock().await;
         let existed = self.store.image(name.to_string()).await?.is_some();
         let built = match self

@@ -19,6 +19,7 @@ mod pressure;
 mod pty;
 mod reaper;
 mod recover;
+mod remote;
 mod snapshots;
 mod suspend;
 #[cfg(test)]
@@ -167,6 +168,8 @@ pub struct Manager {
     events: events::Events,
     /// The daemon's secret as the gateway derives port tokens from it, read on first use.
     port_key: std::sync::OnceLock<crate::snapkey::SnapshotKey>,
+    /// The object store side (`object_store`), set once at start.
+    remote: std::sync::OnceLock<Option<Arc<remote::Remote>>>,
     me: Weak<Manager>,
 }
 
@@ -199,8 +202,16 @@ impl Manager {
             busy: std::sync::atomic::AtomicUsize::new(0),
             events: events::Events::default(),
             port_key: std::sync::OnceLock::new(),
+            remote: std::sync::OnceLock::new(),
             me: me.clone(),
         });
+        let remote = remote::Remote::start(
+            &manager.config,
+            manager.backend.block_store(),
+            manager.read_secret_key()?,
+        )
+        .await?;
+        let _ = manager.remote.set(remote);
         manager.recover().await?;
         manager.start_reaper();
         manager.start_watch();
@@ -215,6 +226,13 @@ impl Manager {
     /// The daemon's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Object store counters (name, help, value), when one is configured.
+    pub fn remote_counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        self.remote()
+            .map(|r| r.counters().to_vec())
+            .unwrap_or_default()
     }
 
     /// The daemon's configuration.

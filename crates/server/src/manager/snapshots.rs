@@ -55,6 +55,7 @@ impl Manager {
         self.set_state(&entry, p.success, None).await?;
         entry.touch();
         let rec = result?;
+        self.publish_later(&rec);
         self.events.emit(
             api_types::EventKind::Checkpointed,
             &entry.view(),
@@ -106,6 +107,7 @@ impl Manager {
                     memory_mb: row.boot.memory_mb,
                     disk_mb: row.boot.disk_mb,
                     labels: args.labels,
+                    published: false,
                 },
                 layer_id: cp.layer_id,
                 memory_dir: cp.memory_dir,
@@ -113,6 +115,7 @@ impl Manager {
                 hooks: args.hooks,
                 internal,
                 restore_bytes: cp.size_bytes,
+                pulled: false,
             };
             self.store.put_snapshot(rec.clone()).await?;
             Ok::<_, Error>(rec)
@@ -140,27 +143,45 @@ impl Manager {
         }
     }
 
+    /// A snapshot: this node's, else the object store's.
     pub async fn get_snapshot(&self, id: &str) -> Result<Snapshot> {
-        Ok(self.snapshot_record(id).await?.view)
+        self.any_snapshot(id).await
     }
 
-    /// Snapshots, oldest first, optionally of one source sandbox or one type.
+    /// Snapshots, oldest first, optionally of one source sandbox or one type; with
+    /// `published`, also those only the object store holds.
     pub async fn list_snapshots(&self, q: &SnapshotQuery) -> Result<Vec<Snapshot>> {
         let all = self.store.snapshots().await?;
-        Ok(all
+        let mut views: Vec<Snapshot> = all
             .into_iter()
             .filter(|r| !r.internal)
             .map(|r| r.view)
+            .collect();
+        if q.published == Some(true) {
+            let local: Vec<String> = views.iter().map(|v| v.id.clone()).collect();
+            views.extend(self.bucket_snapshots(&local).await?);
+            views.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        }
+        Ok(views
+            .into_iter()
             .filter(|v| q.kind.is_none_or(|k| v.kind == k))
             .filter(|v| q.source.is_none() || v.source_sandbox_id.as_deref() == q.source.as_deref())
             .collect())
     }
 
     /// Deletes a snapshot. Sandboxes restored from it keep working (their disks hold the
-    /// layers); storage is freed when nothing uses it any more.
-    pub async fn delete_snapshot(&self, id: &str) -> Result<()> {
-        let rec = self.snapshot_record(id).await?;
-        self.remove_snapshot(&rec).await
+    /// layers); storage is freed when nothing uses it any more. With `everywhere`, its
+    /// manifest leaves the object store first, so no node pulls it again.
+    pub async fn delete_snapshot(&self, id: &str, everywhere: bool) -> Result<()> {
+        if everywhere {
+            self.any_snapshot(id).await?;
+            self.unpublish(id).await?;
+        }
+        match self.snapshot_record(id).await {
+            Ok(rec) => self.remove_snapshot(&rec).await,
+            Err(Error::NotFound(_)) if everywhere => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes a snapshot's row, then its pin and files.

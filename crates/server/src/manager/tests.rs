@@ -798,6 +798,7 @@ async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
             memory_mb: row.boot.memory_mb,
             disk_mb: row.boot.disk_mb,
             labels: Default::default(),
+            published: false,
         },
         layer_id: "layer-s".into(),
         memory_dir: Some(dir.join("memory")),
@@ -805,6 +806,7 @@ async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
         hooks: Vec::new(),
         internal: true,
         restore_bytes: 0,
+        pulled: false,
     };
     store.put_snapshot(rec).await.unwrap();
     // The resume had recorded `running` when the daemon died.
@@ -990,6 +992,7 @@ async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
             memory_mb: 64,
             disk_mb: 0,
             labels: Default::default(),
+            published: false,
         },
         layer_id: "layer-m".into(),
         memory_dir: Some(dir),
@@ -997,6 +1000,7 @@ async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
         hooks: Vec::new(),
         internal: false,
         restore_bytes: 0,
+        pulled: false,
     };
     Store::open(&s.db).unwrap().put_snapshot(rec).await.unwrap();
 }
@@ -1071,7 +1075,7 @@ async fn the_pool_hands_over_parked_forks_each_with_its_own_identity() {
     assert_eq!(m.metrics().pool_misses.get(), 2);
 
     until("the shelf refills", || m.pool_gauge().forks == 2).await;
-    m.delete_snapshot("snap-pool").await.unwrap();
+    m.delete_snapshot("snap-pool", false).await.unwrap();
     assert_eq!(m.pool_gauge().forks, 0);
     let destroyed = fake.destroyed.lock().unwrap().clone();
     let refilled = &fake.parked.lock().unwrap()[2..];
@@ -1152,7 +1156,7 @@ async fn snapshot_files_read_by_a_later_snapshot_outlive_its_row_and_go_with_the
         ["snap-a", "snap-b"],
         "recovery keeps what a recorded snapshot reads"
     );
-    m.delete_snapshot("snap-b").await.unwrap();
+    m.delete_snapshot("snap-b", false).await.unwrap();
     assert_eq!(
         std::fs::read_dir(&root).unwrap().count(),
         0,

@@ -25,7 +25,7 @@ fn unique(prefix: &str) -> Result<String> {
 }
 
 /// Removes a scratch directory when dropped.
-struct Scratch(PathBuf);
+pub(super) struct Scratch(pub(super) PathBuf);
 
 impl Drop for Scratch {
     fn drop(&mut self) {
@@ -39,7 +39,7 @@ impl Manager {
         self.config.data_dir.join("tmp").join("snapshot-transfer")
     }
 
-    fn scratch(&self, prefix: &str) -> Result<Scratch> {
+    pub(super) fn scratch(&self, prefix: &str) -> Result<Scratch> {
         let dir = self.transfer_dir().join(unique(prefix)?);
         std::fs::create_dir_all(&dir).map_err(host)?;
         Ok(Scratch(dir))
@@ -47,7 +47,7 @@ impl Manager {
 
     /// Writes snapshot `id` as one file; returns its path (the caller removes it).
     pub async fn export_snapshot(&self, id: &str) -> Result<PathBuf> {
-        let rec = self.snapshot_record(id).await?;
+        let rec = self.usable_snapshot(id).await?;
         let work = self.scratch("export")?;
         let artifact = work.0.join(ARTIFACT);
         self.backend
@@ -189,7 +189,7 @@ impl Manager {
 }
 
 /// An imported record's resources and environment must pass what a create passes.
-fn check_boot(b: &BootSpec) -> Result<()> {
+pub(super) fn check_boot(b: &BootSpec) -> Result<()> {
     super::create::validate(&CreateSandbox {
         cpus: Some(b.cpus),
         memory_mb: Some(b.memory_mb),

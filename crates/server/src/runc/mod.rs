@@ -223,6 +223,10 @@ fn booted(h: &runtime::SandboxHandle) -> Booted {
 
 #[async_trait]
 impl Backend for RuncBackend {
+    fn block_store(&self) -> Option<blockstore::Store> {
+        Some(self.images.store().clone())
+    }
+
     fn host_disk(&self) -> Option<HostDisk> {
         let free = runtime::space::free_bytes(&self.data_dir).ok()?;
         Some(HostDisk {

@@ -41,6 +41,12 @@ impl Disks {
         };
         let store_path = store_path.into();
         let store = Store::open(&store_path).map_err(disk_err)?;
+        // Reads of partial layers (pulled from an object store) in this process go, as
+        // disk servers' do, to the daemon's fetch socket.
+        store.set_fetcher(std::sync::Arc::new(blockstore::remote::SocketFetch::new(
+            store_path.join(blockstore::remote::FETCH_SOCKET),
+            std::time::Duration::from_secs(60),
+        )));
         Ok(Disks {
             store,
             store_path,
