@@ -6,6 +6,7 @@
 //! - every other verb is the command line, a client of the daemon's `/v1` API (crate `cli`,
 //!   which knows nothing of the daemon but its API types).
 
+mod gateway_cmd;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,8 @@ struct Args {
 enum Command {
     /// Run the daemon.
     Serve(serve::ServeArgs),
+    /// Run the cluster's gateway: one API in front of many nodes, placed by Ray.
+    Gateway(gateway_cmd::GatewayArgs),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     #[command(flatten)]
@@ -50,6 +53,7 @@ fn run() -> i32 {
             return 0;
         }
         Command::Serve(s) => Run::Serve(s),
+        Command::Gateway(g) => Run::Gateway(g),
         Command::Client(c) => {
             cli::quiet_on_closed_stdout();
             Run::Client(args.client, c)
@@ -68,6 +72,7 @@ fn run() -> i32 {
     let result = rt.block_on(async {
         match command {
             Run::Serve(s) => serve::serve(s).await,
+            Run::Gateway(g) => gateway_cmd::run(g).await,
             Run::Client(a, c) => cli::run(a, c).await,
         }
     });
@@ -82,5 +87,6 @@ fn run() -> i32 {
 
 enum Run {
     Serve(serve::ServeArgs),
+    Gateway(gateway_cmd::GatewayArgs),
     Client(cli::ClientArgs, cli::Command),
 }

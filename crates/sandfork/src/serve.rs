@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// This node's name in what it publishes (default: the host name).
     #[arg(long)]
     pub node_name: Option<String>,
+    /// Join this Ray cluster (host:port of its head) as a sandfork node (needs --listen
+    /// and --object-store).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub ray_address: Option<String>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -95,6 +99,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.registry_ca.extend(a.registry_ca);
     c.insecure_registries.extend(a.insecure_registry);
     c.node_name = a.node_name.or(c.node_name);
+    c.ray_address = a.ray_address.or(c.ray_address);
     object_store_flags(
         &mut c,
         a.object_store,
@@ -130,7 +135,7 @@ fn object_store_flags(
     b.session_token = b.session_token.take().or_else(|| env("AWS_SESSION_TOKEN"));
 }
 
-fn init_logs() {
+pub fn init_logs() {
     let filter = EnvFilter::try_from_env("SANDFORK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -178,6 +183,7 @@ mod tests {
             object_store_endpoint: None,
             object_store_allow_http: false,
             node_name: None,
+            ray_address: None,
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));

@@ -142,8 +142,15 @@ pub struct Config {
     /// Space, in MiB, that snapshots pulled from the object store may take here (their
     /// memory images and fetched blocks) before the least recently used go.
     pub remote_cache_mb: u64,
-    /// This node's name in what it publishes (default: the host name).
+    /// This node's name in what it publishes and in the cluster (default: the host name).
     pub node_name: Option<String>,
+    /// Join the Ray cluster whose head is here (`host:port`) as a sandfork node: its
+    /// sandbox slots (`max_sandboxes`) and memory become Ray resources that the gateway
+    /// places sandboxes on, its `listen` address a node label. Needs `listen` and
+    /// `object_store`. docs/scale-out.md.
+    pub ray_address: Option<String>,
+    /// The Python that runs Ray (with the `ray` package installed).
+    pub python: String,
 }
 
 impl Default for Config {
@@ -191,6 +198,8 @@ impl Default for Config {
             publish_snapshots: true,
             remote_cache_mb: 10_240,
             node_name: None,
+            ray_address: None,
+            python: "python3".into(),
         }
     }
 }
@@ -266,6 +275,24 @@ impl Config {
         self.dns_trusted()?;
         if let Some(b) = &self.object_store {
             remote::Bucket::open(b).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        if self.ray_address.is_some() {
+            let listen = self.listen.ok_or_else(|| {
+                ConfigError::Invalid(
+                    "ray_address needs listen: the gateway reaches nodes over TCP".into(),
+                )
+            })?;
+            if listen.ip().is_unspecified() {
+                return Err(ConfigError::Invalid(format!(
+                    "ray_address needs listen on the address other nodes reach, not {listen}"
+                )));
+            }
+            if self.object_store.is_none() {
+                return Err(ConfigError::Invalid(
+                    "ray_address needs object_store: nodes restore each other's snapshots from it"
+                        .into(),
+                ));
+            }
         }
         Ok(())
     }

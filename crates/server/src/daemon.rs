@@ -56,6 +56,8 @@ pub struct Daemon {
     unix: UnixListener,
     tcp: Option<(TcpListener, Token, Option<tokio_rustls::TlsAcceptor>)>,
     socket: std::path::PathBuf,
+    /// This node's Ray process, in cluster mode (`ray_address`).
+    ray: Option<ray::RayNode>,
 }
 
 impl Daemon {
@@ -95,6 +97,7 @@ impl Daemon {
             _ => None,
         };
         let metrics = Arc::new(Metrics::default());
+        let ray = join_ray(&config)?;
         let manager = Manager::start(config, backend, store, metrics)
             .await
             .map_err(|e| DaemonError::Recover(e.message()))?;
@@ -103,6 +106,7 @@ impl Daemon {
             unix,
             tcp,
             socket,
+            ray,
         })
     }
 
@@ -141,8 +145,41 @@ impl Daemon {
             let _ = tokio::time::timeout(grace, t).await;
         }
         let _ = std::fs::remove_file(&self.socket);
+        if let Some(node) = self.ray {
+            // Leaving the cluster: the gateway sees the node gone and places elsewhere.
+            node.stop(grace).await;
+        }
         tracing::info!("stopped");
     }
+}
+
+/// In cluster mode, this node joins the Ray cluster: its sandbox slots and memory as
+/// resources, its API address as labels.
+fn join_ray(config: &Config) -> Result<Option<ray::RayNode>, DaemonError> {
+    let (Some(address), Some(listen)) = (&config.ray_address, config.listen) else {
+        return Ok(None);
+    };
+    let scheme = if config.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let spec = ray::NodeSpec {
+        address: Some(address.clone()),
+        ip: listen.ip().to_string(),
+        head_port: 0,
+        slots: config.max_sandboxes,
+        memory_mb: config.max_memory_mb,
+        api: Some((scheme.into(), listen.ip().to_string(), listen.port())),
+        name: config.node(),
+        node_timeout: std::time::Duration::from_secs(10),
+        python: config.python.clone(),
+        log: config.data_dir.join("ray-node.log"),
+        temp_dir: ray::NodeSpec::temp_dir_for(&config.data_dir),
+    };
+    let node = ray::RayNode::start(&spec).map_err(|e| DaemonError::Recover(e.to_string()))?;
+    tracing::info!(%address, node = %spec.name, slots = spec.slots, "joined the Ray cluster");
+    Ok(Some(node))
 }
 
 /// Binds the socket (mode 0660), replacing a stale one but never a live daemon's.

@@ -79,7 +79,7 @@ pub(super) async fn require(
 /// A browser cannot set headers on a WebSocket, so a WebSocket upgrade may carry the token
 /// as `access_token` in its query instead; it is taken out of the query when accepted (the
 /// route's own query knows nothing of it).
-fn websocket_token(token: &Token, req: &mut Request) -> bool {
+pub fn websocket_token(token: &Token, req: &mut Request) -> bool {
     let upgrade = req
         .headers()
         .get(header::UPGRADE)

@@ -201,7 +201,7 @@ fn passed_query(query: Option<&str>) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join("&"))
 }
 
-fn wants_upgrade(headers: &HeaderMap) -> bool {
+pub fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers
             .get_all(header::CONNECTION)
@@ -252,7 +252,7 @@ fn outbound_request(
 
 /// Removes hop-by-hop headers, and those `Connection` names; an upgrade keeps its
 /// `Connection: upgrade` and `Upgrade`.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
     let named: Vec<String> = headers
         .get_all(header::CONNECTION)
         .iter()

@@ -1,0 +1,255 @@
+//! `sandfork gateway`: the cluster's one entry point (docs/scale-out.md).
+//!
+//! It serves the `/v1` API of a single node in front of many: sandboxes are placed by Ray
+//! (a placement group per sandbox holding one of its node's `sandfork_slot`s, soft-targeted
+//! at the nodes that hold its snapshot), every call of a sandbox (its files, processes,
+//! ports and terminals) goes to the node that runs it, and a fork of N is spread over the
+//! nodes Ray gives it. Which node runs which sandbox is kept in Ray's own store; snapshots
+//! travel between nodes through the object store. SDKs need only the gateway's URL and
+//! token.
+
+mod directory;
+mod fanout;
+pub mod node;
+mod routes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ray::{Helper, NodeInfo, RayNode};
+use server::api::Token;
+use tokio::sync::watch;
+
+/// Everything `sandfork gateway` can be told.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// The bearer token clients present.
+    pub token_file: PathBuf,
+    /// The nodes' API token (their `token_file`).
+    pub node_token_file: PathBuf,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Serve a non-loopback listener without TLS anyway.
+    pub allow_insecure_remote: bool,
+    /// An existing Ray cluster to join (as a node without sandbox slots); none: the
+    /// gateway starts the cluster's head.
+    pub ray_address: Option<String>,
+    /// This machine's address on the cluster's network (Ray's node address).
+    pub ray_ip: String,
+    /// The head's port, when the gateway starts it.
+    pub ray_port: u16,
+    /// How long a silent node is waited for before Ray declares it dead (head only).
+    pub node_timeout: Duration,
+    /// How long a placement waits for a free slot.
+    pub place_timeout: Duration,
+    /// Host-based port routing: `{port}-{sandbox}.<domain>`.
+    pub domain: String,
+    pub state_dir: PathBuf,
+    pub python: String,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("Gateway configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Ray(#[from] ray::RayError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] server::listen::TlsError),
+}
+
+/// Counters of `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub placed: AtomicU64,
+    pub placement_failures: AtomicU64,
+    pub forwarded: AtomicU64,
+    pub retried_children: AtomicU64,
+}
+
+/// The gateway's state.
+pub struct Gateway {
+    pub(crate) config: GatewayConfig,
+    pub(crate) ray: Helper,
+    pub(crate) token: Token,
+    pub(crate) node_token: String,
+    nodes: RwLock<Vec<NodeInfo>>,
+    pub(crate) counters: Counters,
+}
+
+fn read_token(path: &PathBuf) -> Result<String, GatewayError> {
+    let t = std::fs::read_to_string(path).map_err(|source| GatewayError::Io {
+        context: format!("read {}", path.display()),
+        source,
+    })?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        return Err(GatewayError::Config(format!("{} is empty", path.display())));
+    }
+    Ok(t)
+}
+
+impl Gateway {
+    /// The nodes as last seen (refreshed every second).
+    pub(crate) fn nodes(&self) -> Vec<NodeInfo> {
+        self.nodes.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn alive(&self) -> Vec<NodeInfo> {
+        self.nodes().into_iter().filter(|n| n.alive).collect()
+    }
+
+    pub(crate) fn node(&self, id: &str) -> Option<NodeInfo> {
+        self.nodes().into_iter().find(|n| n.id == id)
+    }
+
+    /// Asks Ray for the nodes now.
+    pub(crate) async fn refresh(&self) {
+        match self.ray.nodes().await {
+            Ok(n) => *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = n,
+            Err(e) => tracing::warn!(error = %e, "cannot list the cluster's nodes"),
+        }
+    }
+}
+
+/// Runs the gateway until `stop` resolves.
+pub async fn run(
+    config: GatewayConfig,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), GatewayError> {
+    if !config.listen.ip().is_loopback()
+        && config.tls_cert.is_none()
+        && !config.allow_insecure_remote
+    {
+        return Err(GatewayError::Config(format!(
+            "listen address {} is not loopback and no tls_cert is set: the token would cross the \
+             network in clear text (give --tls-cert and --tls-key, or --allow-insecure-remote)",
+            config.listen
+        )));
+    }
+    std::fs::create_dir_all(&config.state_dir).map_err(|source| GatewayError::Io {
+        context: format!("create {}", config.state_dir.display()),
+        source,
+    })?;
+    let token = Token::new(read_token(&config.token_file)?);
+    let node_token = read_token(&config.node_token_file)?;
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(c), Some(k)) => Some(server::listen::tls_acceptor(c, k)?),
+        (None, None) => None,
+        _ => {
+            return Err(GatewayError::Config(
+                "tls_cert and tls_key go together".into(),
+            ))
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| GatewayError::Io {
+            context: format!("listen on {}", config.listen),
+            source,
+        })?;
+    let spec = ray::NodeSpec {
+        address: config.ray_address.clone(),
+        ip: config.ray_ip.clone(),
+        head_port: config.ray_port,
+        slots: 0,
+        memory_mb: 0,
+        api: None,
+        name: "gateway".into(),
+        node_timeout: config.node_timeout,
+        python: config.python.clone(),
+        log: config.state_dir.join("ray-node.log"),
+        temp_dir: ray::NodeSpec::temp_dir_for(&config.state_dir),
+    };
+    let ray_node = RayNode::start(&spec)?;
+    let address = config
+        .ray_address
+        .clone()
+        .unwrap_or_else(|| format!("{}:{}", config.ray_ip, config.ray_port));
+    let helper = Helper::start(&config.python, &address, &config.ray_ip, &config.state_dir).await?;
+    let g = Arc::new(Gateway {
+        config,
+        ray: helper,
+        token,
+        node_token,
+        nodes: RwLock::new(Vec::new()),
+        counters: Counters::default(),
+    });
+    g.refresh().await;
+    let watcher = tokio::spawn(watch_nodes(Arc::downgrade(&g)));
+    tracing::info!(listen = %g.config.listen, ray = %address, "gateway serving");
+    let (tx, rx) = watch::channel(false);
+    let limits = server::listen::Limits {
+        max_connections: 4096,
+        header_timeout: Duration::from_secs(10),
+    };
+    let app = routes::router(g.clone());
+    let serving = tokio::spawn(server::listen::serve(listener, app, limits, tls, rx));
+    stop.await;
+    let _ = tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;
+    watcher.abort();
+    drop(g);
+    ray_node.stop(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+/// Keeps the node list current (a node's death shows within a second of Ray's verdict).
+async fn watch_nodes(g: std::sync::Weak<Gateway>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(g) = g.upgrade() else { return };
+        g.refresh().await;
+    }
+}
+
+/// An error answer in the API's shape.
+pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = api_types::ErrorBody {
+        code: code.into(),
+        message: message.into(),
+    };
+    let mut r = (status, Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    r
+}
+
+/// A node's failure as the client sees it.
+pub(crate) fn node_error(e: node::NodeError) -> Response {
+    match e {
+        node::NodeError::Refused {
+            status, message, ..
+        } => error(status, "node", message),
+        node::NodeError::Unreachable { .. } => {
+            error(StatusCode::BAD_GATEWAY, "node_unreachable", e.to_string())
+        }
+        node::NodeError::Protocol { .. } => {
+            error(StatusCode::BAD_GATEWAY, "node_protocol", e.to_string())
+        }
+    }
+}
+
+pub(crate) fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    node::respond(status, v.to_string().into())
+}

@@ -1,0 +1,191 @@
+"""Snapshots through a real S3 server: published by one node, restored warm by another
+that never saw them, its disk's blocks fetched as reads need them; and what a bucket that
+lies, or goes away, does to it (nothing is corrupted, the errors say what happened)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import pytest
+
+from conftest import Cluster, metric
+
+pytestmark = pytest.mark.root
+
+#: A process that keeps a random state in memory and answers with its hash.
+HOLDER = (
+    "import hashlib, os, socket, sys\n"
+    "state = os.urandom(8 << 20)\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 7001)); s.listen()\n"
+    "open('/tmp/ready', 'w').write(hashlib.sha256(state).hexdigest())\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.sendall(hashlib.sha256(state).hexdigest().encode()); c.close()\n"
+)
+ASK = "import socket; s = socket.create_connection(('127.0.0.1', 7001)); print(s.recv(100).decode())"
+
+
+def busybox_with_state(client):
+    """A busybox sandbox with 24 MiB of random data on its disk and a shell loop in memory."""
+    from sandfork import Sandbox
+
+    sb = Sandbox.create(image="busybox", client=client, memory_mb=256)
+    sb.run("sh", ["-c", "head -c 25165824 /dev/urandom > /data.bin && echo one > /note && sync"])
+    sb.run("sh", ["-c", "(i=0; while true; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/count; sleep 0.2; done) >/dev/null 2>&1 &"])
+    return sb
+
+
+def wait_published(client, snap_id: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = client.request_json("GET", f"/v1/snapshots/{snap_id}")
+        if doc.get("published"):
+            return doc
+        time.sleep(0.2)
+    raise AssertionError(f"{snap_id} not published within {timeout}s")
+
+
+def test_a_memory_snapshot_restores_warm_on_a_node_that_never_had_it(cluster: Cluster, client_of) -> None:
+    from sandfork import CheckpointType, Sandbox, Snapshot
+
+    a, b = cluster.node("a"), cluster.node("b")
+    ca, cb = client_of(a), client_of(b)
+    sb = busybox_with_state(ca)
+    want = sb.run("sh", ["-c", "sha256sum /data.bin | cut -d' ' -f1"]).stdout.strip()
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    doc = wait_published(ca, snap.id)
+    assert doc["published"] is True
+    # B has never seen it: it pulls it when asked for a fork.
+    assert snap.id not in [s.id for s in Snapshot.list(client=cb)]
+    listed = cb.request_json("GET", "/v1/snapshots", query={"published": "true"})["snapshots"]
+    assert snap.id in [s["id"] for s in listed]
+    before = metric(b, "sandfork_object_store_bytes_in_total")
+    with Snapshot.fork(snap.id, 2, client=cb) as children:
+        assert len(children) == 2
+        x, y = children
+        # Memory came back: the shell loop counts on from where it was.
+        counts = [int(c.run("cat", ["/tmp/count"]).stdout) for c in (x, y)]
+        assert all(n > 0 for n in counts)
+        time.sleep(0.5)
+        assert int(x.run("cat", ["/tmp/count"]).stdout) > counts[0]
+        assert x.run("cat", ["/note"]).stdout.strip() == "one"
+        # The 24 MiB file was not needed by the restore: not fetched yet.
+        restored = metric(b, "sandfork_object_store_bytes_in_total") - before
+        assert restored < 16 << 20, f"the restore fetched {restored} bytes"
+        got = x.run("sh", ["-c", "sha256sum /data.bin | cut -d' ' -f1"]).stdout.strip()
+        assert got == want
+        # Forks on B are independent of each other and of the source on A.
+        x.run("sh", ["-c", "echo x > /note && sync"])
+        assert y.run("cat", ["/note"]).stdout.strip() == "one"
+        assert sb.run("cat", ["/note"]).stdout.strip() == "one"
+        # A second fork on B pulls nothing again.
+        again = metric(b, "sandfork_object_store_bytes_in_total")
+        with Snapshot.fork(snap.id, 1, client=cb) as third:
+            assert third[0].run("cat", ["/note"]).stdout.strip() == "one"
+        assert metric(b, "sandfork_object_store_bytes_in_total") - again < 1 << 20
+    sb.terminate()
+    Snapshot.delete(snap.id, client=cb)
+    ca.request("DELETE", f"/v1/snapshots/{snap.id}", query={"everywhere": "true"})
+    assert snap.id not in [s["id"] for s in cb.request_json("GET", "/v1/snapshots", query={"published": "true"})["snapshots"]]
+
+
+def test_a_tampered_chunk_fails_the_read_and_nothing_else(cluster: Cluster, client_of) -> None:
+    from sandfork import CheckpointType, Snapshot
+
+    a, b = cluster.node("a"), cluster.node("b")
+    ca, cb = client_of(a), client_of(b)
+    sb = busybox_with_state(ca)
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.FILESYSTEM)
+    wait_published(ca, snap.id)
+    manifest = json.loads(json.loads(cluster.weed.object(f"{cluster.prefix}/snapshots/{snap.id}.json"))["body"])
+    top = manifest["layers"][-1]["id"]
+    key = f"{cluster.prefix}/layers/{top}/blocks"
+    blocks = bytearray(cluster.weed.object(key))
+    assert len(blocks) >= 24 << 20
+    # Flip one byte in every MiB of the top layer's blocks.
+    for off in range(4096, len(blocks), 1 << 20):
+        blocks[off] ^= 0xFF
+    cluster.weed.put_object(key, bytes(blocks))
+    result = Snapshot.fork(snap.id, 1, client=cb)
+    try:
+        if result.errors:
+            # The tampered blocks were needed to boot (ext4's own metadata): refused, said so.
+            message = result.errors[0].error.message if hasattr(result.errors[0].error, "message") else str(result.errors[0].error)
+            assert "hash" in message or "I/O" in message or "Input/output" in message, message
+        else:
+            child = result[0]
+            r = child.run("sh", ["-c", "cat /data.bin > /dev/null; echo $?"])
+            assert r.stdout.strip() != "0", "a tampered block was read"
+            # The sandbox itself still works.
+            assert child.run("echo", ["alive"]).stdout.strip() == "alive"
+    finally:
+        result.terminate_all()
+    # The source node never reads the bucket for its own snapshot.
+    assert sb.run("sh", ["-c", "cat /data.bin > /dev/null && echo ok"]).stdout.strip() == "ok"
+    sb.terminate()
+    Snapshot.delete(snap.id, client=ca)
+    Snapshot.delete(snap.id, client=cb)
+
+
+def test_a_bucket_that_goes_away_is_retried_then_named_and_leaves_nothing(cluster: Cluster, client_of) -> None:
+    from sandfork import CheckpointType, Snapshot, SandforkError
+
+    a = cluster.node("a")
+    b = cluster.node("b", config="[object_store]\nretry_secs = 4\n")
+    ca, cb = client_of(a), client_of(b)
+    sb = busybox_with_state(ca)
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    wait_published(ca, snap.id)
+    cluster.weed.stop()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SandforkError) as e:
+            Snapshot.fork(snap.id, 1, client=cb).raise_for_errors()
+        took = time.monotonic() - started
+        assert 3 <= took < 60, took
+        assert "Object store" in str(e.value) and cluster.weed.endpoint.split("//")[1] in str(e.value), str(e.value)
+        # Nothing of it was kept on B.
+        assert snap.id not in [s.id for s in Snapshot.list(client=cb)]
+        assert not (b.data_dir / "snapshots" / snap.id).exists()
+    finally:
+        cluster.weed.start()
+    with Snapshot.fork(snap.id, 1, client=cb) as (child,):
+        assert child.run("cat", ["/note"]).stdout.strip() == "one"
+    sb.terminate()
+    for c in (ca, cb):
+        Snapshot.delete(snap.id, client=c)
+
+
+def test_wrong_credentials_and_bad_settings_are_refused_plainly(cluster: Cluster, weed) -> None:
+    import subprocess
+
+    bad = cluster.root / "bad"
+    (bad / "data").mkdir(parents=True)
+    out = subprocess.run(
+        [str(cluster.binary), "serve", "--data-dir", str(bad / "data"), "--socket", str(bad / "s.sock"),
+         "--object-store", "s3://Not_A_Bucket", "--object-store-endpoint", weed.endpoint, "--object-store-allow-http"],
+        capture_output=True, text=True, timeout=60, env={"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "y", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode != 0 and "bucket name" in out.stderr, out.stderr
+    out = subprocess.run(
+        [str(cluster.binary), "serve", "--data-dir", str(bad / "data"), "--socket", str(bad / "s.sock"),
+         "--object-store", "s3://sandfork", "--object-store-endpoint", weed.endpoint],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode != 0 and "no credentials" in out.stderr, out.stderr
+    # A node with the wrong secret: its publish fails with the server's refusal, and its
+    # snapshots stay usable where they are.
+    from sandfork import CheckpointType, Client, Sandbox
+
+    n = cluster.node("wrong", config='[object_store]\nsecret_access_key = "not-the-secret"\nretry_secs = 2\n')
+    c = Client(url=n.url)
+    sb = Sandbox.create(image="busybox", client=c, memory_mb=128)
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.FILESYSTEM)
+    with pytest.raises(Exception) as e:
+        c.request_json("POST", f"/v1/snapshots/{snap.id}/publish")
+    assert "Object store" in str(e.value), str(e.value)
+    with Sandbox.create(snapshot_id=snap.id, client=c) as again:
+        assert again.run("echo", ["fine"]).stdout.strip() == "fine"
+    sb.terminate()
+    c.request("DELETE", f"/v1/snapshots/{snap.id}")
