@@ -5,9 +5,9 @@ SeaweedFS S3 server on the host end of their bridge. All addresses are the test'
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -23,9 +23,17 @@ GATEWAY_PORT = 7080
 NODE_PORT = 7070
 
 
+def ray_dir(state: Path) -> Path:
+    """The Ray directory of the node whose state is in ``state`` (crates/ray's temp_dir_for)."""
+    h = 0xCBF29CE484222325
+    for b in str(state).encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return Path(f"/tmp/sfray-{h & 0xFFFFFFFFFFFF:012x}")
+
+
 class RayCluster:
     def __init__(self, root: Path, binary: Path, nodes: int = 4, slots: int = 10, node_timeout: int = 4) -> None:
-        self.root, self.binary, self.slots = root, binary, slots
+        self.root, self.binary, self.slots, self.count = root, binary, slots, nodes
         self.net = TestNet(nodes + 1)
         self.nodes: Dict[int, Daemon] = {}
         self.gateway: Optional[subprocess.Popen] = None
@@ -68,6 +76,7 @@ class RayCluster:
         config = root / "config.toml"
         config.write_text(
             "allow_insecure_remote = true\n"
+            'gateway_domain = "cluster.test"\n'
             "[object_store]\n"
             f'url = "s3://{BUCKET}/cluster"\nendpoint = "{self.weed.endpoint}"\nallow_http = true\n'
             f'access_key_id = "{ACCESS_KEY}"\nsecret_access_key = "{SECRET_KEY}"\nretry_secs = 10\n'
@@ -168,7 +177,10 @@ class RayCluster:
             p = subprocess.Popen(self.net.enter(i, argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         again = Daemon(d.url, root, d.data_dir, d.socket, d.log, p)
         wait_healthy(again)
-        return tear_down(again)
+        problems = tear_down(again)
+        # Its Ray node was killed too: nothing stopped it.
+        shutil.rmtree(ray_dir(d.data_dir), ignore_errors=True)
+        return problems
 
     def close(self) -> List[str]:
         problems: List[str] = []
@@ -198,4 +210,8 @@ class RayCluster:
         if self.weed is not None:
             self.weed.stop()
         self.net.close()
+        for state in [self.root / "gw", *(self.root / f"node{i}" / "data" for i in range(1, self.count + 1))]:
+            if ray_dir(state).exists():
+                shutil.rmtree(ray_dir(state), ignore_errors=True)
+                problems.append(f"Ray's directory for {state} was left")
         return problems

@@ -145,3 +145,28 @@ def client_of() -> Callable[[Daemon], object]:
 def fetch(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.read()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(workdir: Path) -> Iterator["RayCluster"]:
+    """Four nodes, a gateway with the Ray head, and an S3 server, each host in a network
+    namespace of the test's own (tests/cluster/_ray_cluster.py)."""
+    binary = needs()
+    if not implements_serve(binary, "--ray-address"):
+        pytest.skip("the sandfork daemon is not built with cluster support")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        pytest.skip("needs Ray (scripts/setup installs it)")
+    if shutil.which("nsenter") is None or shutil.which("ip") is None:
+        pytest.skip("needs nsenter and ip (util-linux, iproute2)")
+    from _ray_cluster import RayCluster
+
+    c = RayCluster(Path(tempfile.mkdtemp(prefix="ray-", dir=workdir)), binary, nodes=4, slots=10)
+    problems: List[str] = []
+    try:
+        yield c
+    finally:
+        problems += c.close()
+        shutil.rmtree(c.root, ignore_errors=True)
+        assert not problems, "after the cluster tests:\n" + "\n".join(problems)

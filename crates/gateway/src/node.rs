@@ -61,7 +61,17 @@ fn authority(api: &str) -> Result<String, NodeError> {
 
 /// Sends `req` (its path and query; headers as the caller left them) to node `api` and
 /// returns the node's answer, its body streaming.
-pub async fn send(api: &str, mut req: Request<Body>) -> Result<Response<Body>, NodeError> {
+pub async fn send(api: &str, req: Request<Body>) -> Result<Response<Body>, NodeError> {
+    send_as(api, req, false).await
+}
+
+/// [`send`], keeping the request's own `Host` when `keep_host` (a port reached by host
+/// name: the node routes it by that name, its `gateway_domain` being the gateway's).
+pub async fn send_as(
+    api: &str,
+    mut req: Request<Body>,
+    keep_host: bool,
+) -> Result<Response<Body>, NodeError> {
     let unreachable = |detail: String| NodeError::Unreachable {
         api: api.into(),
         detail,
@@ -83,8 +93,10 @@ pub async fn send(api: &str, mut req: Request<Body>) -> Result<Response<Body>, N
     })?;
     let upgrade = server::api::wants_upgrade(req.headers());
     server::api::strip_hop_by_hop(req.headers_mut(), upgrade);
-    if let Ok(h) = HeaderValue::from_str(&host) {
-        req.headers_mut().insert(header::HOST, h);
+    if !(keep_host && req.headers().contains_key(header::HOST)) {
+        if let Ok(h) = HeaderValue::from_str(&host) {
+            req.headers_mut().insert(header::HOST, h);
+        }
     }
     *req.version_mut() = axum::http::Version::HTTP_11;
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));

@@ -40,7 +40,7 @@ pub fn router(g: Arc<Gateway>) -> Router {
 async fn handle(State(g): State<Arc<Gateway>>, mut req: Request) -> Response {
     g.counters.forwarded.fetch_add(1, Ordering::Relaxed);
     if let Some((id, _)) = server::api::host_target(req.headers(), req.uri(), &g.config.domain) {
-        return g.to_sandbox(&id, req, false).await;
+        return g.to_port_by_host(&id, req).await;
     }
     let path = req.uri().path().to_string();
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -406,6 +406,21 @@ impl Gateway {
             let _ = self.ray.put(&directory::holder(&snap, &p.node), "1").await;
         }
         node::respond(status, bytes)
+    }
+
+    /// A port reached by host name: passed on with its `Host`, credentials as they came.
+    async fn to_port_by_host(&self, id: &str, req: Request) -> Response {
+        match self.placed(id).await {
+            Some((id, p)) if self.is_lost(&p) => self.lost(&id, &p, req).await,
+            Some((_, p)) => node::send_as(&p.api, req, true)
+                .await
+                .unwrap_or_else(node_error),
+            None => error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("Sandbox {id} not found"),
+            ),
+        }
     }
 
     /// A call for a sandbox whose node is gone.

@@ -21,10 +21,13 @@ pub enum State {
     Terminating,
     Terminated,
     Failed,
+    /// Its node is gone (reported by the cluster's gateway, never by a node itself): the
+    /// sandbox can only be deleted; its published snapshots restore elsewhere.
+    Lost,
 }
 
 /// All states, in display order.
-pub const ALL_STATES: [State; 9] = [
+pub const ALL_STATES: [State; 10] = [
     State::Creating,
     State::Running,
     State::Checkpointing,
@@ -34,6 +37,7 @@ pub const ALL_STATES: [State; 9] = [
     State::Terminating,
     State::Terminated,
     State::Failed,
+    State::Lost,
 ];
 
 impl State {
@@ -49,6 +53,7 @@ impl State {
             State::Terminating => "terminating",
             State::Terminated => "terminated",
             State::Failed => "failed",
+            State::Lost => "lost",
         }
     }
 
@@ -59,7 +64,7 @@ impl State {
 
     /// Whether the sandbox holds host resources (counts against admission).
     pub fn is_live(self) -> bool {
-        !matches!(self, State::Terminated | State::Failed)
+        !matches!(self, State::Terminated | State::Failed | State::Lost)
     }
 
     /// Whether an operation is in progress (a crash left it half-done).
@@ -145,7 +150,7 @@ pub fn interrupted(state: State) -> Option<(Op, Plan)> {
         Suspending => (Op::Suspend, Running),
         Resuming => (Op::Resume, Suspended),
         Terminating => (Op::Terminate, Running),
-        Running | Suspended | Terminated | Failed => return None,
+        Running | Suspended | Terminated | Failed | Lost => return None,
     };
     plan(from, op).map(|p| (op, p))
 }

@@ -82,12 +82,15 @@ pub struct NodeSpec {
 }
 
 impl NodeSpec {
-    /// A short, per-node Ray directory for a node whose state is in `state`.
+    /// A short, per-node Ray directory for a node whose state is in `state`:
+    /// `/tmp/sfray-<FNV-1a of the path, 48 bits in hex>`.
     pub fn temp_dir_for(state: &Path) -> PathBuf {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        state.hash(&mut h);
-        PathBuf::from(format!("/tmp/sfray-{:012x}", h.finish() & 0xffff_ffff_ffff))
+        use std::os::unix::ffi::OsStrExt;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in state.as_os_str().as_bytes() {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        PathBuf::from(format!("/tmp/sfray-{:012x}", h & 0xffff_ffff_ffff))
     }
 }
 
@@ -116,6 +119,9 @@ impl RayNode {
         ]);
         // The object store holds nothing of sandfork's: its smallest size.
         cmd.args(["--object-store-memory", "78643200"]);
+        // Whatever a node killed before could stop left there is stale: the owner of the
+        // state (a daemon holds its data directory alone) starts one node at a time.
+        let _ = std::fs::remove_dir_all(&spec.temp_dir);
         std::fs::create_dir_all(&spec.temp_dir).map_err(|source| RayError::Spawn {
             what: format!("its directory {}", spec.temp_dir.display()),
             source,
@@ -369,6 +375,22 @@ impl Helper {
 
 fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
     serde_json::from_value(v).map_err(|e| RayError::Failed(format!("unexpected answer: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_ray_directory_is_short_and_its_own() {
+        let a = NodeSpec::temp_dir_for(Path::new("/var/lib/sandfork"));
+        let b = NodeSpec::temp_dir_for(Path::new("/var/lib/sandfork2"));
+        assert_ne!(a, b);
+        assert_eq!(a, NodeSpec::temp_dir_for(Path::new("/var/lib/sandfork")));
+        // The test harness computes the same name (tests/cluster/_ray_cluster.py).
+        assert_eq!(a, PathBuf::from("/tmp/sfray-eacd2997892a"));
+        assert!(a.as_os_str().len() < 24);
+    }
 }
 
 #[derive(Deserialize)]

@@ -55,6 +55,7 @@ class SandboxStatus(_StrEnum):
     RESUMING = "resuming"
     TERMINATING = "terminating"
     FAILED = "failed"
+    LOST = "lost"  # its node is gone (a cluster's gateway reports it)
     CREATING = "pending"  # alias: the daemon's name
     CHECKPOINTING = "snapshotting"  # alias: the daemon's name
 
