@@ -22,6 +22,18 @@ BUCKET = "sandfork"
 PORTS = 10
 
 
+def weed_binary() -> Optional[str]:
+    """``weed`` on PATH, else in this Python's scripts directory (where pip puts it)."""
+    import shutil
+    import sysconfig
+
+    found = shutil.which("weed")
+    if found:
+        return found
+    candidate = Path(sysconfig.get_path("scripts")) / "weed"
+    return str(candidate) if candidate.is_file() else None
+
+
 def _free(host: str, port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -63,7 +75,7 @@ class Weed:
     def argv(self) -> list:
         b, h = self.base, self.host
         args = [
-            "weed", "mini", f"-dir={self.data}", f"-ip={h}", f"-ip.bind={h}", "-master.telemetry=false",
+            weed_binary() or "weed", "mini", f"-dir={self.data}", f"-ip={h}", f"-ip.bind={h}", "-master.telemetry=false",
             f"-master.port={b}", f"-master.port.grpc={b + 1}", f"-volume.port={b + 2}", f"-volume.port.grpc={b + 3}",
             f"-filer.port={b + 4}", f"-filer.port.grpc={b + 5}", f"-s3.port={b + 6}", f"-s3.port.grpc={b + 7}",
             # The admin server's gRPC port is always its HTTP port + 10000 for its worker.

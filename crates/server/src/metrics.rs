@@ -376,6 +376,16 @@ fn escape_label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// Counters given as (name, help, value).
+pub fn render_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,12 +465,3 @@ mod tests {
     }
 }
 
-/// Counters given as (name, help, value).
-pub fn render_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
-    for (name, help, value) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    }
-}

@@ -260,3 +260,16 @@ def test_events_tell_what_happened_live_and_replayed(daemon) -> None:
         return [e.type async for e in sandfork.aio.events(sandbox_id=sb.id, since=0, follow=False)]
 
     assert asyncio.run(replay()) == kinds
+
+
+def test_without_an_object_store_completed_is_local_and_publish_says_why(daemon) -> None:
+    with Sandbox.create(memory_mb=128) as base:
+        snap = base.checkpoint(wait_until="completed")
+        assert not snap.published, "a daemon without an object store publishes nothing"
+        with pytest.raises(sandfork.errors.UnsupportedError) as e:
+            snap.publish()
+        assert "object store" in str(e.value) and "object_store" in str(e.value)
+        assert snap.id in [s.id for s in Snapshot.list(published=True)]
+        with pytest.raises(sandfork.errors.UnsupportedError):
+            Snapshot.delete(snap.id, everywhere=True)
+        snap.delete()

@@ -1684,7 +1684,7 @@ export interface components {
          * @description Where a sandbox is in its life.
          * @enum {string}
          */
-        State: "creating" | "running" | "checkpointing" | "suspending" | "suspended" | "resuming" | "terminating" | "terminated" | "failed";
+        State: "creating" | "running" | "checkpointing" | "suspending" | "suspended" | "resuming" | "terminating" | "terminated" | "failed" | "lost";
         /** @enum {string} */
         StdinModeName: "closed" | "pipe";
         /** @description One line of an NDJSON output stream (exec, process output). */

@@ -78,11 +78,25 @@ export class Snapshot {
     return new Snapshot(client, camelize(await client.transport.json("GET", `/v1/snapshots/${seg(id)}`)));
   }
 
-  /** Snapshots, optionally only those of one sandbox or of one type. */
-  static async list(options: { source?: string; type?: SnapshotType; client?: Client } = {}): Promise<Snapshot[]> {
+  /** Snapshots, optionally only those of one sandbox or of one type; with `published`,
+   * also those only the cluster's object store holds. */
+  static async list(options: { source?: string; type?: SnapshotType; published?: boolean; client?: Client } = {}): Promise<Snapshot[]> {
     const client = options.client ?? new Client();
-    const doc = await client.transport.json<components["schemas"]["SnapshotList"]>("GET", "/v1/snapshots", { query: { source: options.source, type: options.type } });
+    const query = { source: options.source, type: options.type, published: options.published ? "true" : undefined };
+    const doc = await client.transport.json<components["schemas"]["SnapshotList"]>("GET", "/v1/snapshots", { query });
     return doc.snapshots.map((s) => new Snapshot(client, camelize(s)));
+  }
+
+  /** Whether the snapshot is in the cluster's object store (any node restores it). */
+  get published(): boolean {
+    return Boolean(this.info.published);
+  }
+
+  /** Puts the snapshot in the daemon's object store, so any node of the cluster restores it;
+   * resolves once it is there (an UnsupportedError when the daemon has no object store). */
+  async publish(options: { signal?: AbortSignal } = {}): Promise<Snapshot> {
+    this.info = camelize(await this.client.transport.json("POST", `/v1/snapshots/${seg(this.id)}/publish`, { signal: options.signal, idleTimeoutMs: 0 }));
+    return this;
   }
 
   /** Starts `count` independent sandboxes from this snapshot in one call. */
@@ -98,9 +112,11 @@ export class Snapshot {
     return Sandbox.create({ ...options, snapshotId: this.id, client: this.client });
   }
 
-  /** Deletes the snapshot; sandboxes started from it keep working. */
-  async delete(): Promise<void> {
-    await this.client.transport.json("DELETE", `/v1/snapshots/${seg(this.id)}`);
+  /** Deletes the snapshot; sandboxes started from it keep working. With `everywhere`, it
+   * leaves the cluster's object store too. */
+  async delete(options: { everywhere?: boolean } = {}): Promise<void> {
+    const query = { everywhere: options.everywhere ? "true" : undefined };
+    await this.client.transport.json("DELETE", `/v1/snapshots/${seg(this.id)}`, { query });
   }
 
   /** The snapshot as one signed file, streamed (restores the same on any host with the key). */

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, test } from "node:test";
 
-import { InvalidArgumentError, NotFoundError, Sandbox, Snapshot } from "../src/index.js";
+import { InvalidArgumentError, NotFoundError, Sandbox, Snapshot, UnsupportedError } from "../src/index.js";
 import { startDaemon, type Daemon } from "./daemon.js";
 
 let daemon: Daemon;
@@ -137,5 +137,20 @@ test("an exported snapshot imports and restores the same", async () => {
   } finally {
     await sb.terminate();
     rmSync(local, { recursive: true, force: true });
+  }
+});
+
+test("publishing needs an object store: a daemon without one says so, and lists its own", async () => {
+  const sb = await Sandbox.create({ image: "busybox", memoryMb: 128, client: daemon.client });
+  try {
+    const snap = await sb.checkpoint();
+    assert.equal(snap.published, false);
+    await assert.rejects(snap.publish(), (e: unknown) => e instanceof UnsupportedError && /object_store/.test(String(e)));
+    const listed = await Snapshot.list({ published: true, client: daemon.client });
+    assert.ok(listed.some((s) => s.id === snap.id));
+    await assert.rejects(snap.delete({ everywhere: true }), UnsupportedError);
+    await snap.delete();
+  } finally {
+    await sb.terminate();
   }
 });

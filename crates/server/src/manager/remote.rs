@@ -166,7 +166,7 @@ impl Manager {
         })
     }
 
-    fn has_remote(&self) -> bool {
+    pub(super) fn has_remote(&self) -> bool {
         self.remote.get().is_some_and(|r| r.is_some())
     }
 

@@ -157,7 +157,7 @@ impl Manager {
             .filter(|r| !r.internal)
             .map(|r| r.view)
             .collect();
-        if q.published == Some(true) {
+        if q.published == Some(true) && self.has_remote() {
             let local: Vec<String> = views.iter().map(|v| v.id.clone()).collect();
             views.extend(self.bucket_snapshots(&local).await?);
             views.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));

@@ -389,10 +389,17 @@ class AsyncSnapshot(SnapshotInfo):
         return cls(await _call(Snapshot.get, snapshot_id, client=client))
 
     @classmethod
-    async def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> TracedList["AsyncSnapshot"]:  # noqa: A002
-        """Lists snapshots (optionally of one source sandbox or one type)."""
-        snaps = await _call(Snapshot.list, source, type, client=client)
+    async def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, published: bool = False, client: Optional[Client] = None) -> TracedList["AsyncSnapshot"]:  # noqa: A002
+        """Lists snapshots (optionally of one source sandbox or one type; with
+        ``published``, also those only the object store holds)."""
+        snaps = await _call(Snapshot.list, source, type, published=published, client=client)
         return TracedList(cls(s) for s in snaps)
+
+    async def publish(self) -> "AsyncSnapshot":
+        """Puts the snapshot in the object store (see :meth:`Snapshot.publish`)."""
+        await _call(self.sync.publish)
+        SnapshotInfo.__init__(self, **{name: getattr(self.sync, name) for name in _SNAPSHOT_FIELDS})
+        return self
 
     async def refresh(self) -> "AsyncSnapshot":
         """Reloads the description."""
@@ -400,9 +407,9 @@ class AsyncSnapshot(SnapshotInfo):
         SnapshotInfo.__init__(self, **{name: getattr(self.sync, name) for name in _SNAPSHOT_FIELDS})
         return self
 
-    async def delete(self) -> None:
-        """Deletes the snapshot."""
-        await _call(self.sync.delete)
+    async def delete(self, *, everywhere: bool = False) -> None:
+        """Deletes the snapshot (``everywhere``: out of the object store too)."""
+        await _call(self.sync.delete, everywhere=everywhere)
 
     async def fork(self, count: int = 1, **kwargs: Any) -> "AsyncForkResult":
         """Starts ``count`` sandboxes from the snapshot (see :meth:`Snapshot.fork`)."""

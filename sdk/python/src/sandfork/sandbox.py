@@ -950,8 +950,9 @@ class Sandbox(FilesMixin):
             poll_interval: Accepted; sandfork's checkpoint answers when complete.
             checkpoint_type: ``FILESYSTEM`` (disk only, the default) or
                 ``MEMORY`` (disk, memory and processes, for warm restores).
-            wait_until: ``"local_ready"`` or ``"completed"``; a sandfork snapshot
-                is completed when the call returns.
+            wait_until: ``"local_ready"`` (usable on this daemon: when the call
+                returns) or ``"completed"`` (also in the daemon's object store, when
+                it has one, so that any node of the cluster restores it).
             name: Optional snapshot name (sandfork).
             labels: Free-form key/value labels of the snapshot (sandfork).
             hooks: Commands (``Exec`` documents, e.g. ``{"command": "sh",
@@ -968,18 +969,25 @@ class Sandbox(FilesMixin):
         kind = check_enum("checkpoint_type", CheckpointType, checkpoint_type).value if checkpoint_type is not None else None
         hooks_list = [dict(h) for h in hooks] if hooks else None
         body = drop_none(type=kind, name=check_str("name", name), hooks=hooks_list, labels=check_str_map("labels", labels) or None)
+        completed = str(getattr(wait_until, "value", wait_until)) == "completed"
         if not wait:
-            threading.Thread(target=self._checkpoint_in_background, args=(body, timeout), name=f"sandfork-checkpoint-{self.id}", daemon=True).start()
+            threading.Thread(target=self._checkpoint_in_background, args=(body, timeout, completed), name=f"sandfork-checkpoint-{self.id}", daemon=True).start()
             return None
-        return self._checkpoint(body, timeout)
+        return self._checkpoint(body, timeout, completed)
 
-    def _checkpoint(self, body: Dict[str, Any], timeout: Optional[float]) -> Snapshot:
+    def _checkpoint(self, body: Dict[str, Any], timeout: Optional[float], completed: bool = False) -> Snapshot:
         doc = self._client.request_json("POST", self._route + "/checkpoint", json_body=body, timeout=timeout, unbounded=timeout is None)
-        return Snapshot(doc, self._client)
+        snap = Snapshot(doc, self._client)
+        if completed and not snap.published:
+            try:
+                snap.publish()
+            except errors.UnsupportedError:
+                pass  # no object store: completed where it is
+        return snap
 
-    def _checkpoint_in_background(self, body: Dict[str, Any], timeout: Optional[float]) -> None:
+    def _checkpoint_in_background(self, body: Dict[str, Any], timeout: Optional[float], completed: bool = False) -> None:
         try:
-            snap = self._checkpoint(body, timeout)
+            snap = self._checkpoint(body, timeout, completed)
             log.info("checkpoint of sandbox %s done: snapshot %s", self.id, snap.id)
         except Exception:  # noqa: BLE001 - nobody waits for this thread; log it
             log.exception("checkpoint of sandbox %s (started with wait=False) failed", self.id)

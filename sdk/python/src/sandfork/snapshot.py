@@ -93,6 +93,8 @@ class Snapshot(SnapshotInfo):
         self.memory_mb: Optional[int] = doc.get("memory_mb")
         self.disk_mb: Optional[int] = doc.get("disk_mb")
         self.labels: Dict[str, str] = dict(doc.get("labels") or {})
+        #: In the cluster's object store, so that any node restores it (docs/scale-out.md).
+        self.published: bool = bool(doc.get("published"))
 
     def __repr__(self) -> str:
         kind = getattr(self.snapshot_type, "value", self.snapshot_type)
@@ -135,12 +137,26 @@ class Snapshot(SnapshotInfo):
         return cls(client.request_json("GET", f"/v1/snapshots/{seg(snapshot_id)}"), client)
 
     @classmethod
-    def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, client: Optional[Client] = None) -> List["Snapshot"]:  # noqa: A002
-        """Lists snapshots, optionally only those of sandbox ``source`` or of one ``type``."""
+    def list(cls, source: Optional[str] = None, type: Union[None, str, CheckpointType] = None, *, published: bool = False, client: Optional[Client] = None) -> List["Snapshot"]:  # noqa: A002
+        """Lists snapshots, optionally only those of sandbox ``source`` or of one ``type``;
+        with ``published``, also those only the object store holds (other nodes')."""
         client = client or Client()
         kind = CheckpointType(type).value if type is not None else None
-        doc = client.request_json("GET", "/v1/snapshots", query={"source": source, "type": kind})
+        query = {"source": source, "type": kind, "published": "true" if published else None}
+        doc = client.request_json("GET", "/v1/snapshots", query=query)
         return TracedList(cls(d, client) for d in (doc or {}).get("snapshots", []))
+
+    def publish(self) -> "Snapshot":
+        """Puts the snapshot in the daemon's object store (its changed layers, its memory
+        images, then its manifest), so that any node of the cluster restores it; returns
+        once it is there. Daemons publish every snapshot by themselves
+        (``publish_snapshots``); this waits for it.
+
+        Raises:
+            UnsupportedError: The daemon has no object store (``object_store``).
+        """
+        self._load(self._client.request_json("POST", f"/v1/snapshots/{seg(self.id)}/publish", unbounded=True))
+        return self
 
     def refresh(self) -> "Snapshot":
         """Reloads this snapshot's description from the daemon."""
@@ -148,23 +164,25 @@ class Snapshot(SnapshotInfo):
         return self
 
     @classmethod
-    def delete_by_id(cls, snapshot_id: str, *, client: Optional[Client] = None) -> None:
-        """Deletes the snapshot with this id."""
-        (client or Client()).request("DELETE", f"/v1/snapshots/{seg(snapshot_id)}")
+    def delete_by_id(cls, snapshot_id: str, *, everywhere: bool = False, client: Optional[Client] = None) -> None:
+        """Deletes the snapshot with this id (``everywhere``: out of the object store too)."""
+        query = {"everywhere": "true"} if everywhere else None
+        (client or Client()).request("DELETE", f"/v1/snapshots/{seg(snapshot_id)}", query=query)
 
     @_hybridmethod
-    def delete(target: Any, snapshot_id: Optional[str] = None, *, client: Optional[Client] = None) -> None:  # noqa: N805
+    def delete(target: Any, snapshot_id: Optional[str] = None, *, everywhere: bool = False, client: Optional[Client] = None) -> None:  # noqa: N805
         """Deletes the snapshot: ``snap.delete()`` or ``Snapshot.delete(snapshot_id)``.
 
         Sandboxes already restored from it keep working; its storage is freed
-        when the last of them goes.
+        when the last of them goes. ``everywhere=True`` also removes it from the
+        cluster's object store, so no node restores it again.
         """
         if isinstance(target, Snapshot):
-            target.delete_by_id(target.id, client=target._client)
+            target.delete_by_id(target.id, everywhere=everywhere, client=target._client)
         else:
             if snapshot_id is None:
                 raise TypeError("Snapshot.delete() needs a snapshot id when called on the class")
-            target.delete_by_id(snapshot_id, client=client)
+            target.delete_by_id(snapshot_id, everywhere=everywhere, client=client)
 
     @_hybridmethod
     def fork(target: Any, *args: Any, **kwargs: Any) -> "ForkResult[Any]":  # noqa: N805
