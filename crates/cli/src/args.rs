@@ -191,9 +191,21 @@ pub enum SnapshotCommand {
         /// filesystem or memory.
         #[arg(long = "type")]
         kind: Option<String>,
+        /// Also those only the object store holds (other nodes' snapshots).
+        #[arg(long)]
+        published: bool,
     },
     /// Delete snapshots (sandboxes started from them keep working).
     Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Out of the cluster's object store too, so no node restores them again.
+        #[arg(long)]
+        everywhere: bool,
+    },
+    /// Put snapshots in the daemon's object store (any node then restores them); waits
+    /// until each is there.
+    Publish {
         #[arg(required = true)]
         ids: Vec<String>,
     },

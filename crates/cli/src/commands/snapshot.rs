@@ -112,11 +112,24 @@ pub async fn suspend_resume(
 
 pub async fn snapshot(client: &Client, c: SnapshotCommand, json: bool) -> Result<i32> {
     match c {
-        SnapshotCommand::Ls { source, kind } => list(client, source, kind, json).await,
-        SnapshotCommand::Rm { ids } => {
+        SnapshotCommand::Ls {
+            source,
+            kind,
+            published,
+        } => list(client, source, kind, published, json).await,
+        SnapshotCommand::Rm { ids, everywhere } => {
+            let query = if everywhere { "?everywhere=true" } else { "" };
             for id in ids {
-                let path = format!("/v1/snapshots/{}", encode(&id));
+                let path = format!("/v1/snapshots/{}{query}", encode(&id));
                 let _: serde_json::Value = client.json(Method::DELETE, &path, None::<&()>).await?;
+            }
+            Ok(0)
+        }
+        SnapshotCommand::Publish { ids } => {
+            for id in ids {
+                let path = format!("/v1/snapshots/{}/publish", encode(&id));
+                let snap: Snapshot = client.json(Method::POST, &path, None::<&()>).await?;
+                print_snapshot(&snap, json);
             }
             Ok(0)
         }
@@ -129,9 +142,13 @@ async fn list(
     client: &Client,
     source: Option<String>,
     kind: Option<String>,
+    published: bool,
     json: bool,
 ) -> Result<i32> {
     let mut query = Vec::new();
+    if published {
+        query.push("published=true".to_string());
+    }
     if let Some(s) = source {
         query.push(format!("source={}", encode(&s)));
     }
@@ -157,11 +174,12 @@ async fn list(
                 s.kind.as_str().to_string(),
                 output::or_dash(s.source_sandbox_id.clone()),
                 output::size(s.size_bytes),
+                if s.published { "yes" } else { "-" }.to_string(),
                 s.created_at.clone(),
             ]
         })
         .collect();
-    output::table(&["ID", "TYPE", "SOURCE", "SIZE", "CREATED"], &rows);
+    output::table(&["ID", "TYPE", "SOURCE", "SIZE", "PUBLISHED", "CREATED"], &rows);
     Ok(0)
 }
 
