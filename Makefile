@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster
 
 setup:
 	@scripts/setup
@@ -90,6 +90,14 @@ bench-images: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/images.py | tee $$out && \
 	  python3 bench/report.py "images" "make bench-images" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# Four nodes behind the gateway (network namespaces, Ray, SeaweedFS) next to one standalone
+# node: cold-cache restores, bytes they fetch, a fork of 32 over the nodes. Starts its own.
+bench-cluster: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/cluster.py | tee $$out && \
+	  python3 bench/report.py "cluster" "make bench-cluster" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 bench-surface: build-release

@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests"), str(HERE)]
 
 from _daemon import Daemon, daemon_binary, implements_serve, start_daemon, tear_down, wait_healthy  # noqa: E402
+from _metrics import metric  # noqa: E402,F401  (the tests import it from here)
 from _weed import ACCESS_KEY, BUCKET, SECRET_KEY, Weed, weed_binary  # noqa: E402
 
 
@@ -64,28 +65,6 @@ def weed(workdir: Path) -> Iterator[Weed]:
         yield w
     finally:
         w.stop()
-
-
-def metric(d: Daemon, name: str) -> float:
-    """One value of the daemon's /metrics."""
-    for line in _metrics(d).splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def _metrics(d: Daemon) -> str:
-    import http.client
-    import socket
-
-    class Unix(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX)
-            self.sock.connect(str(d.socket))
-
-    c = Unix("localhost")
-    c.request("GET", "/metrics")
-    return c.getresponse().read().decode()
 
 
 class Cluster:

@@ -131,7 +131,7 @@ def test_a_restore_on_a_node_with_a_cold_cache_fetches_what_it_touches(ray_clust
     while not c.request_json("GET", f"/v1/snapshots/{snap.id}").get("published"):
         assert time.monotonic() < deadline
         time.sleep(0.2)
-    from conftest import metric
+    from _metrics import metric
 
     before = metric(ray_cluster.nodes[cold], "sandfork_object_store_bytes_in_total")
     with Sandbox.create(snapshot_id=snap.id, client=node) as restored:

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import Cluster, metric
+from _metrics import metric
+from conftest import Cluster
 
 pytestmark = pytest.mark.root
 
@@ -80,6 +81,13 @@ def test_a_memory_snapshot_restores_warm_on_a_node_that_never_had_it(cluster: Cl
         x.run("sh", ["-c", "echo x > /note && sync"])
         assert y.run("cat", ["/note"]).stdout.strip() == "one"
         assert sb.run("cat", ["/note"]).stdout.strip() == "one"
+        # What B's first restore read is now the manifest's prefetch list, for the next
+        # node that restores it.
+        key = f"{cluster.prefix}/snapshots/{snap.id}.json"
+        deadline = time.monotonic() + 20
+        while not json.loads(json.loads(cluster.weed.object(key))["body"])["prefetch"]:
+            assert time.monotonic() < deadline, "no prefetch list was recorded"
+            time.sleep(0.2)
         # A second fork on B pulls nothing again.
         again = metric(b, "sandfork_object_store_bytes_in_total")
         with Snapshot.fork(snap.id, 1, client=cb) as third:

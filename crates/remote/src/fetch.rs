@@ -20,12 +20,25 @@ use crate::keys;
 type Key = (LayerId, u64);
 type Done = Arc<OnceCell<Result<(), String>>>;
 
+/// Most chunks one recording keeps.
+const MAX_RECORDED: usize = 4096;
+
+/// The chunks fetched for one snapshot's layers while a restore of it ran, in order.
+struct Recording {
+    token: u64,
+    layers: Vec<LayerId>,
+    seen: Vec<(u32, u64)>,
+    until: std::time::Instant,
+}
+
 /// Fetches chunks of the store's partial layers from the bucket.
 pub struct ChunkService {
     bucket: Arc<Bucket>,
     store: Store,
     tables: Mutex<HashMap<LayerId, Arc<ChunkTable>>>,
     inflight: Mutex<HashMap<Key, Done>>,
+    recordings: Mutex<Vec<Recording>>,
+    next_token: AtomicU64,
     /// Chunks fetched, and their bytes.
     pub chunks: AtomicU64,
     pub bytes: AtomicU64,
@@ -42,6 +55,8 @@ impl ChunkService {
             store,
             tables: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
+            recordings: Mutex::new(Vec::new()),
+            next_token: AtomicU64::new(1),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         })
@@ -84,7 +99,43 @@ impl ChunkService {
         blocking(move || Ok(s.fill_chunk(&l, &table, chunk, &bytes)?)).await?;
         self.chunks.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(n, Ordering::Relaxed);
+        self.note(layer, chunk);
         Ok(())
+    }
+
+    /// Starts recording which chunks of `layers` (a snapshot's chain, bottom to top) are
+    /// fetched, for at most `max`: what its first restore here reads, in order, is what
+    /// later restores elsewhere fetch ahead. Returns the recording's token.
+    pub fn record(&self, layers: Vec<LayerId>, max: std::time::Duration) -> u64 {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let until = std::time::Instant::now() + max;
+        let mut r = lock(&self.recordings);
+        r.retain(|rec| rec.until > std::time::Instant::now());
+        r.push(Recording {
+            token,
+            layers,
+            seen: Vec::new(),
+            until,
+        });
+        token
+    }
+
+    /// Ends recording `token`: the chunks seen, as (layer index, chunk).
+    pub fn finish(&self, token: u64) -> Vec<(u32, u64)> {
+        let mut r = lock(&self.recordings);
+        let i = r.iter().position(|rec| rec.token == token);
+        i.map(|i| r.swap_remove(i).seen).unwrap_or_default()
+    }
+
+    fn note(&self, layer: &LayerId, chunk: u64) {
+        let now = std::time::Instant::now();
+        for rec in lock(&self.recordings).iter_mut().filter(|r| r.until > now) {
+            if let Some(i) = rec.layers.iter().position(|l| l == layer) {
+                if rec.seen.len() < MAX_RECORDED {
+                    rec.seen.push((i as u32, chunk));
+                }
+            }
+        }
     }
 
     async fn table(&self, layer: &LayerId) -> Result<Arc<ChunkTable>> {

@@ -101,16 +101,16 @@ impl Bucket {
                     true => self.get_range(key, start..end).await?,
                     false => bytes::Bytes::new(),
                 };
-                if blake3_hex(&bytes) != want {
-                    return Err(RemoteError::invalid(format!(
-                        "part {i} of memory file {} fails its hash",
-                        e.name
-                    )));
-                }
-                tokio::task::spawn_blocking(move || file.write_all_at(&bytes, start))
-                    .await
-                    .map_err(|err| RemoteError::io("a blocking task", std::io::Error::other(err)))?
-                    .map_err(|err| RemoteError::io(format!("write memory file {}", e.name), err))
+                // Hashing 8 MiB is CPU work: off the async threads, with the write.
+                let name = e.name.clone();
+                crate::error::blocking(move || {
+                    if blake3_hex(&bytes) != want {
+                        return Err(RemoteError::invalid(format!("part {i} of memory file {name} fails its hash")));
+                    }
+                    file.write_all_at(&bytes, start)
+                        .map_err(|err| RemoteError::io(format!("write memory file {name}"), err))
+                })
+                .await
             }
         });
         futures::stream::iter(parts)

@@ -277,6 +277,7 @@ impl Manager {
                 lock(&entry.row).view.network.address = booted.address;
                 self.set_state(entry, p.success, None).await?;
                 entry.touch();
+                self.restored_from(rec);
                 tracing::info!(sandbox = %id, snapshot = %rec.view.id, "sandbox restored");
                 Ok(entry.view())
             }

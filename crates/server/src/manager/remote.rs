@@ -24,7 +24,9 @@ use crate::snapshots::SnapshotRecord;
 /// Chunks of a pulled snapshot fetched at once ahead of its restore.
 const PREFETCH_PARALLEL: usize = 8;
 /// Memory files of one pull fetched at once.
-const FILES_PARALLEL: usize = 2;
+const FILES_PARALLEL: usize = 6;
+/// Longest a first restore's fetches are recorded.
+const TRACE_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Signs manifests with a key derived from the daemon's snapshot key: nodes that share
 /// the key file (a cluster) trust each other's snapshots, as they do each other's exports.
@@ -53,6 +55,9 @@ pub(crate) struct Remote {
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// When each pulled snapshot was last used (the cache's order).
     used: Mutex<HashMap<String, Instant>>,
+    /// Recordings of the chunks a pulled snapshot's first restore here fetches, by
+    /// snapshot: published as its manifest's prefetch list.
+    traces: Mutex<HashMap<String, u64>>,
     serving: tokio::task::JoinHandle<()>,
 }
 
@@ -115,6 +120,7 @@ impl Remote {
             node: config.node(),
             busy: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
+            traces: Mutex::new(HashMap::new()),
             serving,
         })))
     }
@@ -315,10 +321,50 @@ impl Manager {
             return Err(e.into());
         }
         r.touch(id);
+        if m.prefetch.is_empty() {
+            // No restore has told yet what it reads first: this node's first one will.
+            let layers = m.layers.iter().filter_map(|l| l.id.parse().ok()).collect();
+            let token = r.chunks.record(layers, TRACE_FOR);
+            lock(&r.traces).insert(id.to_string(), token);
+        }
         self.prefetch(&r, &m);
         tracing::info!(snapshot = %id, publisher = %m.publisher, ms = started.elapsed().as_millis() as u64, "snapshot pulled");
-        self.trim_cache().await;
+        let me = self.weak_self();
+        tokio::spawn(async move {
+            if let Some(m) = me.upgrade() {
+                m.trim_cache().await;
+            }
+        });
         Ok(rec)
+    }
+
+    /// After a restore from `rec`: if it was the first of a pulled snapshot here, what it
+    /// fetched becomes the manifest's prefetch list (in the background; a failure only
+    /// means later restores fetch as they read).
+    pub(super) fn restored_from(&self, rec: &SnapshotRecord) {
+        let Ok(r) = self.remote() else { return };
+        let Some(token) = lock(&r.traces).remove(&rec.view.id) else {
+            return;
+        };
+        let chunks = r.chunks.finish(token);
+        if chunks.is_empty() {
+            return;
+        }
+        let (r, id) = (r.clone(), rec.view.id.clone());
+        tokio::spawn(async move {
+            let updated = async {
+                let mut m = r.bucket.manifest(&id, &r.key).await?;
+                if !m.prefetch.is_empty() {
+                    return Ok(());
+                }
+                m.prefetch = chunks;
+                r.bucket.put_manifest(&m, &r.key).await
+            };
+            match updated.await {
+                Ok(()) => tracing::debug!(snapshot = %id, "recorded what a restore reads first"),
+                Err(e) => tracing::warn!(snapshot = %id, error = %e, "recording a restore's reads"),
+            }
+        });
     }
 
     /// Fetches, in the background, the chunks the manifest says a restore reads first.
@@ -359,6 +405,9 @@ impl Manager {
             })
             .collect();
         let mut total: u64 = pulled.iter().map(|(_, _, b)| b).sum();
+        if total <= budget {
+            return;
+        }
         pulled.sort_by_key(|(when, _, _)| *when);
         for (_, rec, bytes) in pulled {
             if total <= budget {
@@ -436,27 +485,40 @@ async fn materialize(
     dir: &std::path::Path,
 ) -> Result<SnapshotRecord> {
     use futures::{StreamExt, TryStreamExt};
-    let records = r.bucket.layer_records(m).await.map_err(remote_err)?;
-    let (store, pin) = (r.store.clone(), rec.pin());
-    tokio::task::spawn_blocking(move || store.add_remote_chain(&records, &pin))
-        .await
-        .map_err(|e| unavailable(e.to_string()))?
-        .map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))?;
-    rec.memory_dir = None;
-    if rec.view.kind == SnapshotType::Memory {
-        let mem = dir.join("memory");
+    // The layers' records and the memory images come at once.
+    let mem = dir.join("memory");
+    let memory = rec.view.kind == SnapshotType::Memory;
+    let t0 = Instant::now();
+    let files = async {
+        if !memory {
+            return Ok(());
+        }
         std::fs::create_dir(&mem)?;
-        let jobs: Vec<(remote::FileEntry, PathBuf)> = m
-            .memory
-            .iter()
-            .map(|f| (f.clone(), mem.join(&f.name)))
-            .collect();
+        let jobs: Vec<(remote::FileEntry, PathBuf)> =
+            m.memory.iter().map(|f| (f.clone(), mem.join(&f.name))).collect();
         futures::stream::iter(jobs)
             .map(|(f, dest)| async move { r.bucket.fetch_file(&f, &dest).await })
             .buffer_unordered(FILES_PARALLEL)
             .try_collect::<Vec<()>>()
             .await
             .map_err(remote_err)?;
+        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "pulled the memory images");
+        Ok::<_, Error>(())
+    };
+    let layers = async {
+        let records = r.bucket.layer_records(m).await.map_err(remote_err)?;
+        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "pulled the layer records");
+        let (store, pin) = (r.store.clone(), rec.pin());
+        tokio::task::spawn_blocking(move || store.add_remote_chain(&records, &pin))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?
+            .map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))
+    };
+    let (files, layers) = tokio::join!(files, layers);
+    layers?;
+    files?;
+    rec.memory_dir = None;
+    if memory {
         rec.restore_bytes = m.memory.iter().map(|f| f.size).sum();
         rec.memory_dir = Some(mem);
     }
