@@ -54,7 +54,7 @@ def emit(name: str, value: float, unit: str, baseline: float = None, baseline_na
 
 
 def warm_snapshot(client: Client) -> tuple:
-    sb = Sandbox.create(image="busybox", client=client, memory_mb=256)
+    sb = Sandbox.create(image="busybox", client=client, memory_mb=256, disk_mb=512)
     sb.run("sh", ["-c", DATA])
     sb.run("sh", ["-c", STATE])
     deadline = time.monotonic() + 60

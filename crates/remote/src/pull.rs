@@ -105,7 +105,9 @@ impl Bucket {
                 let name = e.name.clone();
                 crate::error::blocking(move || {
                     if blake3_hex(&bytes) != want {
-                        return Err(RemoteError::invalid(format!("part {i} of memory file {name} fails its hash")));
+                        return Err(RemoteError::invalid(format!(
+                            "part {i} of memory file {name} fails its hash"
+                        )));
                     }
                     file.write_all_at(&bytes, start)
                         .map_err(|err| RemoteError::io(format!("write memory file {name}"), err))

@@ -48,7 +48,10 @@ fn checkpoint_survives_kill9_and_restart_and_suspended_sandbox_resumes() {
     assert_eq!(listed["snapshots"][0]["published"], false, "{listed}");
     let out = d.cli(&["snapshot", "publish", &snap]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("object_store"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("object_store"),
+        "{err}"
+    );
     let forked = d.json(&["fork", &snap, "-n", "2"]);
     for child in forked["children"].as_array().unwrap() {
         let id = child["sandbox"]["id"].as_str().unwrap();

@@ -464,4 +464,3 @@ mod tests {
         assert!(!off.contains("memory_merge"));
     }
 }
-

@@ -179,7 +179,10 @@ async fn list(
             ]
         })
         .collect();
-    output::table(&["ID", "TYPE", "SOURCE", "SIZE", "PUBLISHED", "CREATED"], &rows);
+    output::table(
+        &["ID", "TYPE", "SOURCE", "SIZE", "PUBLISHED", "CREATED"],
+        &rows,
+    );
     Ok(0)
 }
 

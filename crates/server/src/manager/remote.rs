@@ -494,20 +494,29 @@ async fn materialize(
             return Ok(());
         }
         std::fs::create_dir(&mem)?;
-        let jobs: Vec<(remote::FileEntry, PathBuf)> =
-            m.memory.iter().map(|f| (f.clone(), mem.join(&f.name))).collect();
+        let jobs: Vec<(remote::FileEntry, PathBuf)> = m
+            .memory
+            .iter()
+            .map(|f| (f.clone(), mem.join(&f.name)))
+            .collect();
         futures::stream::iter(jobs)
             .map(|(f, dest)| async move { r.bucket.fetch_file(&f, &dest).await })
             .buffer_unordered(FILES_PARALLEL)
             .try_collect::<Vec<()>>()
             .await
             .map_err(remote_err)?;
-        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "pulled the memory images");
+        tracing::debug!(
+            ms = t0.elapsed().as_millis() as u64,
+            "pulled the memory images"
+        );
         Ok::<_, Error>(())
     };
     let layers = async {
         let records = r.bucket.layer_records(m).await.map_err(remote_err)?;
-        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "pulled the layer records");
+        tracing::debug!(
+            ms = t0.elapsed().as_millis() as u64,
+            "pulled the layer records"
+        );
         let (store, pin) = (r.store.clone(), rec.pin());
         tokio::task::spawn_blocking(move || store.add_remote_chain(&records, &pin))
             .await
