@@ -42,6 +42,40 @@ async function api(method, path, body) {
   return text ? JSON.parse(text) : undefined;
 }
 
+async function upload(id, path, bytes) {
+  const res = await fetch(`${base}/v1/sandboxes/${id}/files?path=${encodeURIComponent(path)}`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/octet-stream" },
+    body: bytes,
+  });
+  if (!res.ok) throw new Error(`upload ${path}: ${res.status} ${await res.text()}`);
+}
+
+/** `len` pseudo-random bytes from `seed` (xorshift32): the same noise on every run. */
+function noise(len, seed) {
+  const out = new Uint8Array(len);
+  let x = seed >>> 0 || 1;
+  for (let i = 0; i < len; i++) {
+    x ^= x << 13;
+    x >>>= 0;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    x >>>= 0;
+    out[i] = x & 0xff;
+  }
+  return out;
+}
+
+/** Waits for `text` in the terminal; on timeout, fails with what the terminal shows. */
+async function waitForTerminal(text, timeout) {
+  try {
+    await page.waitForFunction((t) => document.querySelector("#terminal .xterm-rows")?.textContent?.includes(t), text, { timeout });
+  } catch (e) {
+    const shown = await page.evaluate(() => document.querySelector("#terminal .xterm-rows")?.textContent ?? "(no terminal)");
+    throw new Error(`${JSON.stringify(text)} not seen in the terminal: ${e.message}\nthe terminal shows: ${shown.slice(-800)}\ndaemon log: ${readFileSync(join(root, "daemon.log"), "utf8").slice(-1500)}`);
+  }
+}
+
 async function shot(name) {
   const dir = process.env.SANDFORK_SCREENSHOTS;
   if (dir) await page.screenshot({ path: join(resolve(dir), `console-${name}.png`) });
@@ -109,12 +143,15 @@ test("create a sandbox, type in its terminal, checkpoint, fork 4, see the lineag
   // The terminal: what is typed runs in the sandbox.
   await page.click("#terminal");
   await page.keyboard.type("echo hello-$((6*7)) > /tmp/out.txt; cat /tmp/out.txt\n");
-  await page.waitForFunction(() => document.querySelector("#terminal .xterm-rows")?.textContent?.includes("hello-42"), null, { timeout: 20_000 });
+  await waitForTerminal("hello-42", 20_000);
   await shot("sandbox");
-  // Megabytes of binary noise do not hang the page: the next command still answers.
-  // (then a full terminal reset, as random bytes switch character sets and modes)
-  await page.keyboard.type("head -c 1000000 /dev/urandom; printf '\\033c'; echo done-$((1+1))\n");
-  await page.waitForFunction(() => document.querySelector("#terminal .xterm-rows")?.textContent?.includes("done-2"), null, { timeout: 60_000 });
+  // A megabyte of binary noise does not hang the page: the next command still answers.
+  // The noise is seeded, so a failure reproduces; the terminal answers queries found in it
+  // (typed input while the output floods). Then a full terminal reset, as the bytes switch
+  // character sets and modes.
+  await upload(id, "/tmp/noise.bin", noise(1_000_000, 0x5eed));
+  await page.keyboard.type("cat /tmp/noise.bin; printf '\\033c'; echo done-$((1+1))\n");
+  await waitForTerminal("done-2", 60_000);
   await page.keyboard.type("clear\n");
 
   await page.click("text=Checkpoint memory");

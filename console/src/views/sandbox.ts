@@ -90,7 +90,11 @@ export const sandboxView: View = async (root, id) => {
   return () => stops.forEach((s) => s());
 };
 
-/** A terminal session on the sandbox, over the PTY WebSocket (reconnecting after a checkpoint). */
+/**
+ * A terminal session on the sandbox, over the PTY WebSocket. The session outlives its
+ * socket: after a checkpoint (close code 1012) or any other drop it attaches again from the
+ * output offset it has, backing off while attaching fails, until the program exits.
+ */
 function openTerminal(el: HTMLElement, route: string, lost: () => void): () => void {
   const xterm = new Terminal({ convertEol: false, scrollback: 5000, fontSize: 13 });
   const fit = new FitAddon();
@@ -100,11 +104,14 @@ function openTerminal(el: HTMLElement, route: string, lost: () => void): () => v
   let socket: WebSocket | undefined;
   let offset = 0;
   let closed = false;
+  let exited = false;
+  let failures = 0;
   let pid: number | undefined;
   const connect = () => {
     const ws = new WebSocket(socketUrl(`${route}/pty/${pid}/connect?offset=${offset}`));
     ws.binaryType = "arraybuffer";
     ws.onmessage = (ev) => {
+      failures = 0;
       if (ev.data instanceof ArrayBuffer) {
         offset += ev.data.byteLength;
         xterm.write(new Uint8Array(ev.data));
@@ -112,10 +119,19 @@ function openTerminal(el: HTMLElement, route: string, lost: () => void): () => v
       }
       const msg = JSON.parse(String(ev.data)) as { type: string; offset?: number };
       if (msg.type === "offset" && msg.offset !== undefined) offset = msg.offset;
-      if (msg.type === "exit") xterm.write("\r\n[the session ended]\r\n");
+      if (msg.type === "exit") {
+        exited = true;
+        xterm.write("\r\n[the session ended]\r\n");
+      }
     };
     ws.onclose = (ev) => {
-      if (!closed && ev.code === 1012) setTimeout(connect, 300); // a checkpoint: attach again
+      if (closed || exited || ev.code === 1000) return;
+      failures += 1;
+      if (failures > 8) {
+        xterm.write(`\r\n[disconnected: ${ev.reason || `code ${ev.code}`}]\r\n`);
+        return;
+      }
+      setTimeout(connect, Math.min(300 * 2 ** (failures - 1), 5000));
     };
     socket = ws;
   };

@@ -16,7 +16,7 @@ import pytest
 from sandfork import Client, Sandbox
 from sandfork.aio import AsyncSandbox
 from sandfork.errors import InvalidArgumentError, NotFoundError, SandboxError
-from sandfork.models import CheckpointType
+from sandfork.models import CheckpointType, ProcessStatus
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 import websockets.exceptions  # noqa: E402
@@ -29,7 +29,9 @@ class Term:
 
     def __init__(self, daemon: Any, sandbox_id: str, pid: int, offset: int = 0) -> None:
         uri = f"ws://localhost/v1/sandboxes/{sandbox_id}/pty/{pid}/connect?offset={offset}"
-        self.ws = websockets_sync.unix_connect(str(daemon.socket), uri)
+        # An unbounded queue: with a full one, this client drops the frames it holds when
+        # the server closes (a session's last output and its exit note).
+        self.ws = websockets_sync.unix_connect(str(daemon.socket), uri, max_queue=None)
         self.out = b""
         self.controls: List[dict] = []
 
@@ -50,6 +52,8 @@ class Term:
                 msg = self.ws.recv(timeout=left)
             except TimeoutError:
                 continue
+            except websockets.exceptions.ConnectionClosed as e:
+                raise AssertionError(f"{needle!r} not seen before {e}; {len(self.out)} bytes, {self.out.count(b'x')} x, {self.out.count(b'true')} true, controls {self.controls}; output so far: {self.out[-200:]!r}") from e
             if isinstance(msg, bytes):
                 self.out += msg
             else:
@@ -118,6 +122,32 @@ def test_a_full_screen_program(daemon, sandbox: Sandbox) -> None:
         term.type(":wq\r")
         term.type("cat /tmp/pty-vi.txt\r")
         term.expect(b"hello from vi\r\n")
+    finally:
+        term.close()
+        sandbox.pty.kill(pid)
+
+
+def test_output_keeps_flowing_while_typed_input_waits(daemon, sandbox: Sandbox) -> None:
+    """A program flooding its terminal while it reads nothing, and far more typed input
+    than the terminal's input queue holds (a terminal emulator answering queries found in
+    the flood does this): output must not wait on input."""
+    script = "sleep 0.5; head -c 4000000 /dev/zero | tr '\\0' x; echo; echo fin-$((1+1)); sleep 60"
+    pid = start(sandbox, command="sh", args=["-c", script])
+    term = Term(daemon, sandbox.id, pid)
+    def type_lines() -> None:
+        try:
+            for _ in range(40):
+                term.type("true\r" * 2000)
+        except websockets.exceptions.ConnectionClosed:
+            pass
+
+    typing = threading.Thread(target=type_lines, daemon=True)
+    try:
+        typing.start()
+        term.expect(b"fin-2", timeout=60)
+        typing.join(timeout=30)
+        assert not typing.is_alive(), "typed input is still held up"
+        assert sandbox.get_process(pid).info().status == ProcessStatus.RUNNING
     finally:
         term.close()
         sandbox.pty.kill(pid)

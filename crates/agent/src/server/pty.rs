@@ -13,8 +13,8 @@
 //! A checkpoint while a job runs in the terminal's foreground is still refused by CRIU
 //! ("ctty inheritance"); at the prompt it works.
 //!
-//! The relay is plain blocking code (poll over two descriptors): it runs in a process that
-//! does nothing else.
+//! The relay is plain code (poll over two descriptors, the master side non-blocking): it
+//! runs in a process that does nothing else.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -67,18 +67,34 @@ pub fn resize(master: BorrowedFd<'_>, size: PtySize) -> io::Result<()> {
 /// The descriptor the relay finds the terminal's master side on.
 pub const MASTER_FD: RawFd = 3;
 
+/// Typed input the relay holds for a terminal that is not reading (a program busy writing
+/// output): past this much it stops taking input from the agent until the terminal drains.
+const TYPED_LIMIT: usize = 1 << 20;
+
 /// Runs the relay until no process holds the terminal any more; its exit code.
+///
+/// Output never waits on input: the master side is non-blocking, typed input the terminal
+/// cannot take yet is held (up to [`TYPED_LIMIT`]) and written as the terminal drains, so a
+/// program writing a flood of output while its input queue is full (a terminal emulator
+/// answering queries found in that output) cannot stall the session.
 pub fn keep() -> i32 {
     // SAFETY: the agent started this process with the master side on MASTER_FD (dup2 in
     // its pre_exec), which nothing else in this process owns.
     let master = unsafe { OwnedFd::from_raw_fd(MASTER_FD) };
+    if set_nonblocking(master.as_fd()).is_err() {
+        return 1;
+    }
     let mut stdin = io::stdin().lock();
     let mut out = io::stdout().lock();
     let mut buf = vec![0u8; CHUNK_SIZE];
-    let mut pending: Vec<u8> = Vec::new();
-    let mut stdin_open = true;
+    let mut input = Input::default();
     loop {
-        let mut fds = [poll_fd(0, stdin_open), poll_fd(master.as_raw_fd(), true)];
+        let take = input.open && input.typed.len() < TYPED_LIMIT;
+        let give = if input.typed.is_empty() { 0 } else { POLLOUT };
+        let mut fds = [
+            poll_fd(0, take, POLLIN),
+            poll_fd(master.as_raw_fd(), true, POLLIN | give),
+        ];
         // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
         let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), fds.len() as _, -1) };
         if n < 0 {
@@ -87,23 +103,37 @@ pub fn keep() -> i32 {
             }
             return 1;
         }
-        if fds[1].revents != 0 && !pass_output(&master, &mut buf, &mut out) {
+        let ready = fds[1].revents;
+        if ready & !POLLOUT != 0 && !pass_output(&master, &mut buf, &mut out) {
             // No slave side is open any more (EIO): the session is over. The agent gone
             // (a broken stdout) ends it too.
             return 0;
         }
-        if stdin_open && fds[0].revents != 0 {
-            stdin_open = take_input(&mut stdin, &mut buf, &mut pending, &master);
+        if ready & POLLOUT != 0 {
+            input.type_into(master.as_fd());
+        }
+        if take && fds[0].revents != 0 {
+            input.take(&mut stdin, &mut buf, master.as_fd());
         }
     }
 }
 
-fn poll_fd(fd: RawFd, on: bool) -> nix::libc::pollfd {
+const POLLIN: i16 = nix::libc::POLLIN;
+const POLLOUT: i16 = nix::libc::POLLOUT;
+
+fn poll_fd(fd: RawFd, on: bool, events: i16) -> nix::libc::pollfd {
     nix::libc::pollfd {
         fd: if on { fd } else { -1 },
-        events: nix::libc::POLLIN,
+        events,
         revents: 0,
     }
+}
+
+fn set_nonblocking(fd: BorrowedFd<'_>) -> nix::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
 }
 
 /// One read of the terminal's output passed on; false when the terminal has ended or the
@@ -116,31 +146,67 @@ fn pass_output(master: &OwnedFd, buf: &mut [u8], out: &mut impl Write) -> bool {
     }
 }
 
-/// Reads what the agent sent and applies every complete frame; false at end of input.
-fn take_input(
-    stdin: &mut impl Read,
-    buf: &mut [u8],
-    pending: &mut Vec<u8>,
-    master: &OwnedFd,
-) -> bool {
-    let n = match stdin.read(buf) {
-        Ok(0) | Err(_) => return false,
-        Ok(n) => n,
-    };
-    pending.extend_from_slice(&buf[..n]);
-    while let Some((msg, used)) = split_frame(pending) {
-        pending.drain(..used);
-        match msg {
-            Some(Message::Data(data)) => {
-                let _ = write_all(master.as_fd(), &data);
-            }
-            Some(Message::PtyResize(size)) => {
-                let _ = resize(master.as_fd(), size);
-            }
-            _ => {}
+/// The relay's side of the agent's frames: bytes of an incomplete frame, and typed input
+/// the terminal has not taken yet.
+struct Input {
+    open: bool,
+    frames: Vec<u8>,
+    typed: Vec<u8>,
+}
+
+impl Default for Input {
+    fn default() -> Self {
+        Input {
+            open: true,
+            frames: Vec::new(),
+            typed: Vec::new(),
         }
     }
-    true
+}
+
+impl Input {
+    /// Reads what the agent sent and applies every complete frame; at end of input, stops
+    /// taking more.
+    fn take(&mut self, stdin: &mut impl Read, buf: &mut [u8], master: BorrowedFd<'_>) {
+        let n = match stdin.read(buf) {
+            Ok(0) | Err(_) => {
+                self.open = false;
+                return;
+            }
+            Ok(n) => n,
+        };
+        self.frames.extend_from_slice(&buf[..n]);
+        while let Some((msg, used)) = split_frame(&self.frames) {
+            self.frames.drain(..used);
+            match msg {
+                Some(Message::Data(data)) => self.typed.extend_from_slice(&data),
+                Some(Message::PtyResize(size)) => {
+                    let _ = resize(master, size);
+                }
+                _ => {}
+            }
+        }
+        self.type_into(master);
+    }
+
+    /// Writes as much held input as the terminal takes now.
+    fn type_into(&mut self, master: BorrowedFd<'_>) {
+        while !self.typed.is_empty() {
+            match nix::unistd::write(master, &self.typed) {
+                Ok(n) => {
+                    self.typed.drain(..n);
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                // EAGAIN: the terminal is full, POLLOUT says when it drains. Any other
+                // error: the terminal is ending, and its output side says so.
+                Err(nix::errno::Errno::EAGAIN) => return,
+                Err(_) => {
+                    self.typed.clear();
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// The first complete frame of `buf` and its length (`None` for a frame that does not
@@ -150,12 +216,4 @@ fn split_frame(buf: &[u8]) -> Option<(Option<Message>, usize)> {
     let len = payload_len(prefix).ok()?;
     let payload = buf.get(4..4 + len)?;
     Some((decode_payload(payload).ok(), 4 + len))
-}
-
-fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> nix::Result<()> {
-    while !data.is_empty() {
-        let n = nix::unistd::write(fd, data)?;
-        data = &data[n..];
-    }
-    Ok(())
 }

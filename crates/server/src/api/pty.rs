@@ -16,6 +16,7 @@ use axum::response::Response;
 use axum::Json;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
+use tokio::sync::mpsc;
 
 use super::exec::to_agent;
 use super::extract::{ApiJson, ApiQuery};
@@ -127,8 +128,12 @@ enum End {
     ClientLeft,
 }
 
+/// Output and input go separately: typed input waiting for a busy terminal never holds
+/// back the terminal's output, and a client that stops reading never holds back input.
 async fn session(socket: WebSocket, mut ch: PtyChannel) {
-    let (mut out, mut inp) = socket.split();
+    let (mut out, inp) = socket.split();
+    let (notes_tx, mut notes) = mpsc::channel::<String>(8);
+    let mut input = tokio::spawn(forward_input(inp, ch.input.clone(), notes_tx));
     let mut expected: Option<u64> = None;
     let end = loop {
         tokio::select! {
@@ -154,25 +159,15 @@ async fn session(socket: WebSocket, mut ch: PtyChannel) {
                 Some(Err(e)) => break End::Failed(e.to_string()),
                 None => break End::Interrupted,
             },
-            msg = inp.next() => match msg {
-                Some(Ok(Message::Binary(data))) => {
-                    if ch.input.send(PtyInput::Data(data)).await.is_err() {
-                        break End::Interrupted;
-                    }
+            Some(note) = notes.recv() => {
+                if out.send(Message::Text(note.into())).await.is_err() {
+                    break End::ClientLeft;
                 }
-                Some(Ok(Message::Text(text))) => {
-                    if let Err(reason) = control(&ch, text.as_str()).await {
-                        let note = serde_json::json!({"type": "error", "message": reason});
-                        if out.send(Message::Text(note.to_string().into())).await.is_err() {
-                            break End::ClientLeft;
-                        }
-                    }
-                }
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                Some(Ok(Message::Close(_)) | Err(_)) | None => break End::ClientLeft,
-            },
+            }
+            ended = &mut input => break ended.unwrap_or(End::ClientLeft),
         }
     };
+    input.abort();
     let (code, reason) = match end {
         End::ClientLeft => return,
         End::Exited(note) => {
@@ -192,8 +187,34 @@ async fn session(socket: WebSocket, mut ch: PtyChannel) {
     let _ = out.send(Message::Close(Some(frame))).await;
 }
 
+/// Passes the client's frames on until it leaves (or the session ends); a refused control
+/// message becomes a note for the client.
+async fn forward_input(
+    mut inp: futures::stream::SplitStream<WebSocket>,
+    to: mpsc::Sender<PtyInput>,
+    notes: mpsc::Sender<String>,
+) -> End {
+    loop {
+        match inp.next().await {
+            Some(Ok(Message::Binary(data))) => {
+                if to.send(PtyInput::Data(data)).await.is_err() {
+                    return End::Interrupted;
+                }
+            }
+            Some(Ok(Message::Text(text))) => {
+                if let Err(reason) = control(&to, text.as_str()).await {
+                    let note = serde_json::json!({"type": "error", "message": reason});
+                    let _ = notes.send(note.to_string()).await;
+                }
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            Some(Ok(Message::Close(_)) | Err(_)) | None => return End::ClientLeft,
+        }
+    }
+}
+
 /// Applies one control message; `Err` is the reason it was refused.
-async fn control(ch: &PtyChannel, text: &str) -> Result<(), String> {
+async fn control(to: &mpsc::Sender<PtyInput>, text: &str) -> Result<(), String> {
     let msg: Control =
         serde_json::from_str(text).map_err(|e| format!("invalid control message: {e}"))?;
     let input = match msg {
@@ -202,8 +223,7 @@ async fn control(ch: &PtyChannel, text: &str) -> Result<(), String> {
         }
         Control::Input { data } => PtyInput::Data(data.into_bytes().into()),
     };
-    ch.input
-        .send(input)
+    to.send(input)
         .await
         .map_err(|_| "the session has ended".to_string())
 }
