@@ -96,8 +96,8 @@ bench-images: build-release
 # node: cold-cache restores, bytes they fetch, a fork of 32 over the nodes. Starts its own.
 bench-cluster: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
-	  python3 bench/cluster.py | tee $$out && \
-	  python3 bench/report.py "cluster" "make bench-cluster" <$$out >/dev/null; \
+	  python3 bench/cluster.py $(if $(RUNS),--runs $(RUNS)) | tee $$out && \
+	  python3 bench/report.py "cluster" "make bench-cluster$(if $(RUNS), RUNS=$(RUNS))" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 bench-surface: build-release

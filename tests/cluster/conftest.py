@@ -78,7 +78,7 @@ class Cluster:
 
     def node(self, name: str, *extra: str, config: Optional[str] = None) -> Daemon:
         root = self.root / name
-        (root / "data").mkdir(parents=True)
+        (root / "data").mkdir(parents=True, exist_ok=True)
         key = root / "data" / "snapshot.key"
         key.write_text(self.key + "\n")
         key.chmod(0o600)
@@ -97,6 +97,14 @@ class Cluster:
 
     def stop(self, name: str) -> List[str]:
         return tear_down(self.nodes.pop(name))
+
+    def kill9_and_restart(self, name: str, *extra: str) -> Daemon:
+        """SIGKILL of node ``name``'s daemon (its disk servers and sandboxes live on), then a
+        new daemon on the same data directory."""
+        d = self.nodes.pop(name)
+        d.process.kill()
+        d.process.wait(30)
+        return self.node(name, *extra)
 
 
 @pytest.fixture

@@ -99,6 +99,53 @@ def test_a_memory_snapshot_restores_warm_on_a_node_that_never_had_it(cluster: Cl
     assert snap.id not in [s.id for s in Snapshot.list(published=True, client=cb)]
 
 
+def test_pulled_pages_are_served_lazily_and_outlive_a_daemon_kill(cluster: Cluster, client_of) -> None:
+    from sandfork import CheckpointType, Sandbox, Snapshot
+
+    a, b = cluster.node("a"), cluster.node("b")
+    ca, cb = client_of(a), client_of(b)
+    sb = busybox_with_state(ca)
+    # A shell holding 16 MB (its pages file is served lazily; small ones come whole).
+    sb.run("sh", ["-c", "(x=$(head -c 12000000 /dev/urandom | base64); echo ${#x} > /tmp/len; while true; do sleep 1; done) >/dev/null 2>&1 &"])
+    deadline = time.monotonic() + 60
+    while sb.run("cat", ["/tmp/len"]).exit_code != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY, wait_until="completed")
+    with Snapshot.fork(snap.id, 1, client=cb) as (child,):
+        images = b.data_dir / "snapshots" / snap.id / "memory"
+        served = [p for p in images.glob("pages-*.img") if p.is_symlink()]
+        assert len(served) == 1, [(p.name, p.is_symlink(), p.stat().st_size) for p in images.iterdir()]
+        pages = served[0]
+        assert int(child.run("cat", ["/tmp/len"]).stdout) > 16_000_000
+        before = int(child.run("cat", ["/tmp/count"]).stdout)
+        # The daemon dies; the pages server and the sandbox do not. A pull cut short left
+        # a pages directory that no snapshot names: the restarted daemon removes it.
+        b.process.kill()
+        b.process.wait(30)
+        orphan = b.data_dir / "pages" / "mem-00000000-snap-gone-0"
+        orphan.mkdir(parents=True)
+        b = cluster.kill9_and_restart("b")
+        cb = client_of(b)
+        time.sleep(0.5)
+        child = Sandbox(child.id, client=cb)
+        assert int(child.run("cat", ["/tmp/count"]).stdout) > before
+        assert child.run("cat", ["/note"]).stdout.strip() == "one"
+        # The restarted daemon serves the pulled snapshot's pages again.
+        with Snapshot.fork(snap.id, 1, client=cb) as (again,):
+            assert again.run("cat", ["/note"]).stdout.strip() == "one"
+    assert not orphan.exists(), "what no snapshot names is swept at start"
+    Snapshot.delete(snap.id, client=cb)
+    assert not pages.exists()
+    # Released once no lazy restore reads them any more (the last fork is gone by now).
+    deadline = time.monotonic() + 30
+    while any((b.data_dir / "pages").glob("*")):
+        assert time.monotonic() < deadline, "the pages server went with the snapshot"
+        time.sleep(0.1)
+    sb.terminate()
+    Snapshot.delete(snap.id, everywhere=True, client=ca)
+
+
 def test_a_tampered_chunk_fails_the_read_and_nothing_else(cluster: Cluster, client_of) -> None:
     from sandfork import CheckpointType, Snapshot
 

@@ -480,8 +480,10 @@ impl Store {
             .write(true)
             .open(&path)
             .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        // Not synced: the chunk's data is (before its bit is set), so a bit lost to a
+        // power cut only means the chunk is fetched again; a set bit never names data
+        // that is not on disk.
         file.write_all_at(&bits[byte..=byte], byte as u64)
-            .and_then(|()| file.sync_data())
             .map_err(|e| Error::io(format!("write {}", path.display()), e))?;
         if missing(table, &bits).is_empty() {
             // Whole now: an ordinary layer from here on (readers that opened it partial

@@ -279,6 +279,46 @@ impl Drop for Partial {
     }
 }
 
+/// A block-store disk served as one file only (no loop device, no filesystem): what reads
+/// it gets its bytes, fetched first when they are still in an object store. Memory images
+/// pulled from an object store are served so (docs/scale-out.md). Dropping the handle
+/// leaves the server running; [`ServedFile::stop`] ends it.
+#[derive(Debug)]
+pub struct ServedFile {
+    spec: DiskSpec,
+    pid: i32,
+}
+
+impl ServedFile {
+    /// Starts the disk server for `spec` and returns once its file is served.
+    pub fn start(spec: &DiskSpec, opts: &MountOptions) -> Result<ServedFile> {
+        let pid = spawn_server(spec, opts)?;
+        Ok(ServedFile {
+            spec: spec.clone(),
+            pid,
+        })
+    }
+
+    /// The server already serving `spec` (after a daemon restart), if it answers.
+    pub fn adopt(spec: &DiskSpec) -> Option<ServedFile> {
+        let stats = stats_of(&spec.run_dir).ok()?;
+        Some(ServedFile {
+            spec: spec.clone(),
+            pid: stats.pid as i32,
+        })
+    }
+
+    /// The served file.
+    pub fn path(&self) -> PathBuf {
+        layout::fuse_file(&self.spec.run_dir)
+    }
+
+    /// Stops the server and removes its mount.
+    pub fn stop(self) {
+        stop_server(&self.spec.run_dir, self.pid);
+    }
+}
+
 /// Asks the server to shut down; kills it when it does not answer or linger. Then makes
 /// sure its FUSE mount is gone.
 pub(crate) fn stop_server(run_dir: &Path, pid: i32) {

@@ -91,6 +91,7 @@ impl ChunkService {
         if !s.missing_chunks(&l)?.contains(&chunk) {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let bytes = self
             .bucket
             .get_range(&keys::layer(layer.as_str(), "blocks"), entry.range())
@@ -100,6 +101,7 @@ impl ChunkService {
         self.chunks.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(n, Ordering::Relaxed);
         self.note(layer, chunk);
+        tracing::debug!(%layer, chunk, bytes = n, ms = started.elapsed().as_millis() as u64, "chunk fetched");
         Ok(())
     }
 
@@ -158,6 +160,18 @@ impl ChunkService {
             .filter(|ok| std::future::ready(*ok))
             .count()
             .await
+    }
+
+    /// The chunks of `layer` holding at most `max_blocks` blocks (a seal leaves a chunk
+    /// sparse where it wrote scattered small things: file system metadata, small files).
+    pub async fn sparse_chunks(&self, layer: &LayerId, max_blocks: u64) -> Result<Vec<(u64, u64)>> {
+        let table = self.table(layer).await?;
+        Ok(table
+            .entries()
+            .iter()
+            .filter(|e| e.blocks <= max_blocks)
+            .map(|e| (e.chunk, e.blocks))
+            .collect())
     }
 
     /// Every chunk of `layer` still missing, fetched (`parallel` at a time).

@@ -47,6 +47,18 @@ pub struct FileEntry {
     pub parts: Vec<String>,
 }
 
+/// A memory image file published as a block-store layer (the pages files: large, and read
+/// lazily by a restore, so they come chunk by chunk as any disk does).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryLayer {
+    /// The file's name in the image directory (`pages-1.img`).
+    pub name: String,
+    /// Its size in bytes (a whole number of blocks).
+    pub size: u64,
+    pub layer: LayerEntry,
+}
+
 /// A published snapshot.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,10 +72,14 @@ pub struct Manifest {
     pub record: serde_json::Value,
     /// Disk layers, bottom to top.
     pub layers: Vec<LayerEntry>,
-    /// Memory image files (none for a filesystem snapshot).
+    /// Memory image files fetched whole (none for a filesystem snapshot).
     pub memory: Vec<FileEntry>,
+    /// Memory image files served as layers (the pages files).
+    #[serde(default)]
+    pub memory_layers: Vec<MemoryLayer>,
     /// Chunks a restore of this snapshot read first, as `(layer index, chunk)`, in the
-    /// order they were read: fetched ahead of the restore.
+    /// order they were read: fetched ahead of the restore. Layer indices count `layers`,
+    /// then `memory_layers`.
     #[serde(default)]
     pub prefetch: Vec<(u32, u64)>,
 }
@@ -72,7 +88,12 @@ impl Manifest {
     /// Bytes a whole copy of the snapshot takes (every layer's blocks and every file).
     pub fn total_bytes(&self) -> u64 {
         let layers: u64 = self.layers.iter().map(|l| l.packed_bytes).sum();
-        layers + self.memory.iter().map(|f| f.size).sum::<u64>()
+        let pages: u64 = self
+            .memory_layers
+            .iter()
+            .map(|m| m.layer.packed_bytes)
+            .sum();
+        layers + pages + self.memory.iter().map(|f| f.size).sum::<u64>()
     }
 
     fn check(&self) -> Result<()> {
@@ -94,9 +115,19 @@ impl Manifest {
         {
             return bad("layer or file count out of range".into());
         }
-        for l in &self.layers {
+        for l in self
+            .layers
+            .iter()
+            .chain(self.memory_layers.iter().map(|m| &m.layer))
+        {
             if !is_hex(&l.id, 32) || !is_hex(&l.meta, 64) || !is_hex(&l.chunks, 64) {
                 return bad(format!("bad layer entry {}", l.id));
+            }
+        }
+        for m in &self.memory_layers {
+            let names_ok = safe_name(&m.name) && m.name != "parent";
+            if !names_ok || m.size == 0 || !m.size.is_multiple_of(4096) {
+                return bad(format!("bad memory layer entry {:?}", m.name));
             }
         }
         for f in &self.memory {
@@ -113,7 +144,7 @@ impl Manifest {
         if self
             .prefetch
             .iter()
-            .any(|(l, _)| *l as usize >= self.layers.len())
+            .any(|(l, _)| *l as usize >= self.layers.len() + self.memory_layers.len())
         {
             return bad("prefetch names a layer it does not list".into());
         }
@@ -225,6 +256,16 @@ pub(crate) mod tests {
                 parts: vec!["d".repeat(64), "e".repeat(64)],
             }],
             prefetch: vec![(0, 3)],
+            memory_layers: vec![MemoryLayer {
+                name: "pages-1.img".into(),
+                size: 8192,
+                layer: LayerEntry {
+                    id: "1".repeat(32),
+                    meta: "a".repeat(64),
+                    chunks: "b".repeat(64),
+                    packed_bytes: 8192,
+                },
+            }],
         }
     }
 
@@ -255,7 +296,17 @@ pub(crate) mod tests {
         bad.layers[0].id = "x".into();
         assert!(open(&seal(&bad, &key).unwrap(), &key).is_err());
         let mut bad = manifest();
-        bad.prefetch = vec![(1, 0)];
+        bad.prefetch = vec![(2, 0)];
+        assert!(open(&seal(&bad, &key).unwrap(), &key).is_err());
+        // A pages layer's index follows the disk's layers.
+        let mut good = manifest();
+        good.prefetch = vec![(1, 0)];
+        assert!(open(&seal(&good, &key).unwrap(), &key).is_ok());
+        let mut bad = manifest();
+        bad.memory_layers[0].size = 100;
+        assert!(open(&seal(&bad, &key).unwrap(), &key).is_err());
+        let mut bad = manifest();
+        bad.memory_layers[0].name = "../x".into();
         assert!(open(&seal(&bad, &key).unwrap(), &key).is_err());
     }
 }

@@ -60,8 +60,11 @@ pub struct Publication<'a> {
     pub record: serde_json::Value,
     /// The snapshot's top layer (its whole chain goes).
     pub top: &'a LayerId,
-    /// Memory image files (flat), for a memory snapshot.
+    /// Memory image files (flat) published whole, for a memory snapshot.
     pub memory: Vec<PathBuf>,
+    /// Memory image files published as sealed layers of `store` (name, size, layer):
+    /// the pages files, which restores read lazily.
+    pub memory_layers: Vec<(String, u64, LayerId)>,
     /// Scratch space for packing layers.
     pub scratch: &'a Path,
 }
@@ -86,6 +89,15 @@ impl Bucket {
         for file in &p.memory {
             memory.push(self.publish_file(file).await?);
         }
+        let mut memory_layers = Vec::with_capacity(p.memory_layers.len());
+        for (name, size, id) in &p.memory_layers {
+            let layer = self.publish_layer(store, tables, id, p.scratch).await?;
+            memory_layers.push(manifest::MemoryLayer {
+                name: name.clone(),
+                size: *size,
+                layer,
+            });
+        }
         let m = Manifest {
             version: manifest::VERSION,
             snapshot_id: p.snapshot_id.to_string(),
@@ -94,6 +106,7 @@ impl Bucket {
             record: p.record,
             layers,
             memory,
+            memory_layers,
             prefetch: Vec::new(),
         };
         self.put_manifest(&m, signer).await?;

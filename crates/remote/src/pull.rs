@@ -66,10 +66,19 @@ impl Bucket {
     /// The metadata records and chunk tables of `m`'s layers, each checked against the
     /// manifest (the block store checks them against each other when they are added).
     pub async fn layer_records(&self, m: &Manifest) -> Result<Vec<RemoteLayer>> {
-        futures::stream::iter(m.layers.clone())
+        self.records(&m.layers).await
+    }
+
+    /// The records of `layers`, each checked against its entry.
+    pub async fn records(&self, layers: &[crate::LayerEntry]) -> Result<Vec<RemoteLayer>> {
+        futures::stream::iter(layers.to_vec())
             .map(|l| async move {
-                let meta = self.get(&keys::layer(&l.id, "meta"), MAX_META).await?;
-                let chunks = self.get(&keys::layer(&l.id, "chunks"), MAX_TABLE).await?;
+                let (meta_key, chunks_key) =
+                    (keys::layer(&l.id, "meta"), keys::layer(&l.id, "chunks"));
+                let (meta, chunks) = futures::try_join!(
+                    self.get(&meta_key, MAX_META),
+                    self.get(&chunks_key, MAX_TABLE)
+                )?;
                 if blake3_hex(&meta) != l.meta || blake3_hex(&chunks) != l.chunks {
                     return Err(RemoteError::invalid(format!(
                         "layer {} does not match the manifest",

@@ -71,6 +71,7 @@ async fn published_then_read_lazily_through_the_fetch_socket() {
         record: serde_json::json!({"kind": "memory"}),
         top: &top,
         memory: vec![memfile.clone()],
+        memory_layers: vec![],
         scratch: tmp.path(),
     };
     let m = bucket
@@ -153,6 +154,7 @@ async fn a_tampered_bucket_is_refused_and_the_store_is_untouched() {
         record: serde_json::Value::Null,
         top: &top,
         memory: vec![],
+        memory_layers: vec![],
         scratch: tmp.path(),
     };
     let m = bucket.publish(&src, &tables, p, &key).await.unwrap();
@@ -181,6 +183,7 @@ async fn a_tampered_bucket_is_refused_and_the_store_is_untouched() {
                 record: serde_json::Value::Null,
                 top: &top,
                 memory: vec![],
+                memory_layers: vec![],
                 scratch: tmp.path(),
             },
             &key,

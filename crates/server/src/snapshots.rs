@@ -35,6 +35,21 @@ pub struct SnapshotRecord {
     /// cache entry, dropped when the cache is full (docs/scale-out.md).
     #[serde(default)]
     pub pulled: bool,
+    /// A pulled memory snapshot's pages files, each served from a block-store disk over
+    /// its partial layer (their chunks come from the object store as they are read).
+    #[serde(default)]
+    pub pages: Vec<ServedPages>,
+}
+
+/// One memory image file served from a block-store disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedPages {
+    /// Its name in the image directory (a symlink to the served file).
+    pub file: String,
+    /// The block-store disk serving it, forked from `layer`.
+    pub disk: String,
+    pub layer: String,
+    pub size: u64,
 }
 
 impl SnapshotRecord {

@@ -441,6 +441,7 @@ mod tests {
             internal: false,
             restore_bytes: 0,
             pulled: false,
+            pages: Vec::new(),
         }
     }
 

@@ -35,6 +35,8 @@ impl Manager {
         all.into_iter()
             .filter(|r| r.view.kind == SnapshotType::Memory && r.view.id != except)
             .filter(|r| r.memory_dir.as_ref().is_some_and(|d| d.is_dir()))
+            // A pulled copy is a cache entry, dropped at will: nothing may read from it.
+            .filter(|r| !r.pulled)
             .filter(|r| {
                 r.view.source_sandbox_id.as_ref() == Some(id) || Some(r.view.id.as_str()) == from
             })

@@ -13,6 +13,7 @@ mod fork;
 mod images;
 mod lineage;
 mod logs;
+mod pages;
 mod pool;
 mod ports;
 mod pressure;
@@ -213,6 +214,7 @@ impl Manager {
         .await?;
         let _ = manager.remote.set(remote);
         manager.recover().await?;
+        manager.reserve_pages().await;
         manager.start_reaper();
         manager.start_watch();
         Ok(manager)
@@ -403,5 +405,6 @@ impl Manager {
             tracing::warn!("shutdown grace period passed with operations still in flight");
         }
         self.release_volumes().await;
+        self.stop_pages().await;
     }
 }

@@ -19,10 +19,18 @@ use crate::backend::BackendError;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::snapkey::SnapshotKey;
-use crate::snapshots::SnapshotRecord;
+use crate::snapshots::{ServedPages, SnapshotRecord};
 
 /// Chunks of a pulled snapshot fetched at once ahead of its restore.
 const PREFETCH_PARALLEL: usize = 8;
+/// Pages files from this size up are published as layers and served lazily.
+const LAZY_PAGES_MIN: u64 = 4 << 20;
+/// Disk layers up to this packed size are fetched whole ahead of a first restore.
+const SMALL_LAYER: u64 = 4 << 20;
+/// Chunks of larger layers holding at most this many blocks are fetched ahead too.
+const SPARSE_BLOCKS: u64 = 64;
+/// At most this much is fetched ahead of a first restore.
+const AHEAD_TOTAL: u64 = 16 << 20;
 /// Memory files of one pull fetched at once.
 const FILES_PARALLEL: usize = 6;
 /// Longest a first restore's fetches are recorded.
@@ -58,6 +66,8 @@ pub(crate) struct Remote {
     /// Recordings of the chunks a pulled snapshot's first restore here fetches, by
     /// snapshot: published as its manifest's prefetch list.
     traces: Mutex<HashMap<String, u64>>,
+    /// The pages files of pulled memory snapshots, served lazily.
+    pub(super) pages: Arc<super::pages::PagesServers>,
     serving: tokio::task::JoinHandle<()>,
 }
 
@@ -115,12 +125,16 @@ impl Remote {
             bucket,
             chunks,
             tables,
-            store,
+            store: store.clone(),
             key: ManifestKey(key),
             node: config.node(),
             busy: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
             traces: Mutex::new(HashMap::new()),
+            pages: Arc::new(super::pages::PagesServers::new(
+                store.clone(),
+                &config.data_dir,
+            )),
             serving,
         })))
     }
@@ -224,12 +238,38 @@ impl Manager {
         let mut shared = rec.clone();
         shared.memory_dir = None;
         shared.pulled = false;
+        shared.pages = Vec::new();
         shared.view.published = true;
         let top: LayerId = rec
             .layer_id
             .parse()
             .map_err(|_| Error::Conflict(format!("snapshot {id} has a bad layer id")))?;
         let started = Instant::now();
+        // The large pages files go as layers: a restore elsewhere reads them chunk by
+        // chunk. Small ones come whole with the other images (one disk server each would
+        // cost more than it saves).
+        let (pages, memory): (Vec<PathBuf>, Vec<PathBuf>) =
+            memory.into_iter().partition(|f| served_lazily(f));
+        let mut memory_layers = Vec::new();
+        let mut pins = Vec::new();
+        for f in pages {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let size = std::fs::metadata(&f)?.len();
+            let (store, pin) = (
+                r.store.clone(),
+                format!("{}{id}.{name}", super::pages::PUBLISH_PREFIX),
+            );
+            let pin2 = pin.clone();
+            let layer = tokio::task::spawn_blocking(move || store.import_image_as(&f, &pin2))
+                .await
+                .map_err(|e| unavailable(e.to_string()))?
+                .map_err(|e| unavailable(format!("the pages file {name} as a layer: {e}")))?;
+            pins.push(pin);
+            memory_layers.push((name, size, layer));
+        }
         let publication = remote::publish::Publication {
             snapshot_id: id,
             publisher: &r.node,
@@ -237,13 +277,18 @@ impl Manager {
             record: serde_json::to_value(&shared).map_err(|e| Error::Conflict(e.to_string()))?,
             top: &top,
             memory,
+            memory_layers,
             scratch: &work.0,
         };
-        let m = r
+        let published = r
             .bucket
             .publish(&r.store, &r.tables, publication, &r.key)
-            .await
-            .map_err(remote_err)?;
+            .await;
+        // The pages layers were for the bucket: this node keeps the snapshot's own files.
+        for pin in pins {
+            let _ = r.store.delete_ref(&pin);
+        }
+        let m = published.map_err(remote_err)?;
         rec.view.published = true;
         self.store.put_snapshot(rec.clone()).await?;
         tracing::info!(snapshot = %id, bytes = m.total_bytes(), ms = started.elapsed().as_millis() as u64, "snapshot published");
@@ -297,6 +342,10 @@ impl Manager {
             )));
         }
         super::transfer::check_boot(&rec.boot)?;
+        // Nothing host-side in the record is taken from the bucket.
+        let mut rec = rec;
+        rec.memory_dir = None;
+        rec.pages = Vec::new();
         let dir = self.snapshots_dir().join(id);
         std::fs::create_dir_all(&dir)?;
         let pin = rec.pin();
@@ -323,7 +372,13 @@ impl Manager {
         r.touch(id);
         if m.prefetch.is_empty() {
             // No restore has told yet what it reads first: this node's first one will.
-            let layers = m.layers.iter().filter_map(|l| l.id.parse().ok()).collect();
+            // The disk's chain, then the pages layers: the prefetch list's index space.
+            let layers = m
+                .layers
+                .iter()
+                .chain(m.memory_layers.iter().map(|l| &l.layer))
+                .filter_map(|l| l.id.parse().ok())
+                .collect();
             let token = r.chunks.record(layers, TRACE_FOR);
             lock(&r.traces).insert(id.to_string(), token);
         }
@@ -369,12 +424,18 @@ impl Manager {
 
     /// Fetches, in the background, the chunks the manifest says a restore reads first.
     fn prefetch(&self, r: &Arc<Remote>, m: &remote::Manifest) {
+        let layers: Vec<&remote::LayerEntry> = m
+            .layers
+            .iter()
+            .chain(m.memory_layers.iter().map(|l| &l.layer))
+            .collect();
         let chunks: Vec<(LayerId, u64)> = m
             .prefetch
             .iter()
-            .filter_map(|(l, c)| Some((m.layers.get(*l as usize)?.id.parse().ok()?, *c)))
+            .filter_map(|(l, c)| Some((layers.get(*l as usize)?.id.parse().ok()?, *c)))
             .collect();
         if chunks.is_empty() {
+            fetch_ahead(r, m);
             return;
         }
         let service = r.chunks.clone();
@@ -425,10 +486,12 @@ impl Manager {
         }
     }
 
-    /// What a pulled snapshot holds here: its memory images (its fetched blocks are
-    /// counted with the layers, shared between snapshots).
+    /// What a pulled snapshot holds here: its memory images, its served pages files
+    /// counted whole (their chunks are its own; its disk's fetched blocks are counted with
+    /// the layers, shared between snapshots).
     fn cached_bytes(&self, rec: &SnapshotRecord) -> u64 {
-        rec.memory_dir.as_ref().map_or(0, |d| dir_bytes(d))
+        let files = rec.memory_dir.as_ref().map_or(0, |d| dir_bytes(d));
+        files + rec.pages.iter().map(|p| p.size).sum::<u64>()
     }
 
     /// `DELETE /v1/snapshots/{id}?everywhere=true`: out of the object store too.
@@ -489,11 +552,13 @@ async fn materialize(
     let mem = dir.join("memory");
     let memory = rec.view.kind == SnapshotType::Memory;
     let t0 = Instant::now();
+    if memory {
+        std::fs::create_dir(&mem)?;
+    }
     let files = async {
         if !memory {
             return Ok(());
         }
-        std::fs::create_dir(&mem)?;
         let jobs: Vec<(remote::FileEntry, PathBuf)> = m
             .memory
             .iter()
@@ -523,17 +588,222 @@ async fn materialize(
             .map_err(|e| unavailable(e.to_string()))?
             .map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))
     };
-    let (files, layers) = tokio::join!(files, layers);
-    layers?;
-    files?;
+    let pages = async {
+        let served = serve_pages(r, m, &rec, &mem).await;
+        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "serving the pages");
+        served
+    };
+    let (files, layers, pages) = tokio::join!(files, layers, pages);
+    let pages = match (files, layers, pages) {
+        (Ok(()), Ok(_), Ok(pages)) => pages,
+        (files, layers, pages) => {
+            let failed = match pages {
+                Ok(served) => {
+                    release_pages(r, None, served).await;
+                    None
+                }
+                Err(e) => Some(e),
+            };
+            files?;
+            layers?;
+            return Err(failed.unwrap_or_else(|| unavailable("serving the pages failed".into())));
+        }
+    };
     rec.memory_dir = None;
     if memory {
-        rec.restore_bytes = m.memory.iter().map(|f| f.size).sum();
+        rec.pages = pages;
+        let pages: u64 = m.memory_layers.iter().map(|l| l.size).sum();
+        rec.restore_bytes = m.memory.iter().map(|f| f.size).sum::<u64>() + pages;
         rec.memory_dir = Some(mem);
     }
     rec.pulled = true;
     rec.view.published = true;
     Ok(rec)
+}
+
+/// With no prefetch list yet (the snapshot's first restore away from its publisher),
+/// fetches ahead, in the background and in parallel, what a restore's first reads most
+/// likely go to, one chunk at a time otherwise: small disk layers whole (an image's small
+/// layers, seals that changed little), and the sparse chunks of large ones (a seal leaves
+/// a chunk sparse where it wrote scattered small things: file system metadata, small
+/// files; bulk data fills its chunks, and stays lazy). At most [`AHEAD_TOTAL`] bytes.
+fn fetch_ahead(r: &Arc<Remote>, m: &remote::Manifest) {
+    let layers: Vec<(LayerId, bool)> = m
+        .layers
+        .iter()
+        .rev()
+        .filter_map(|l| Some((l.id.parse().ok()?, l.packed_bytes <= SMALL_LAYER)))
+        .collect();
+    let service = r.chunks.clone();
+    tokio::spawn(async move {
+        let mut chunks = Vec::new();
+        let mut budget = AHEAD_TOTAL;
+        for (layer, small) in layers {
+            let max_blocks = if small { u64::MAX } else { SPARSE_BLOCKS };
+            let Ok(found) = service.sparse_chunks(&layer, max_blocks).await else {
+                continue;
+            };
+            for (chunk, blocks) in found {
+                let bytes = blocks * blockstore::BLOCK_SIZE;
+                if bytes > budget {
+                    break;
+                }
+                budget -= bytes;
+                chunks.push((layer.clone(), chunk));
+            }
+        }
+        let n = service.prefetch(chunks, PREFETCH_PARALLEL).await;
+        tracing::debug!(chunks = n, "fetched ahead of a first restore");
+    });
+}
+
+/// Whether a memory image file is a pages file (`pages-<n>.img`) large enough to be
+/// published as a layer and served lazily where it is pulled.
+fn served_lazily(path: &std::path::Path) -> bool {
+    let pages = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("pages-") && n.ends_with(".img"));
+    pages && std::fs::metadata(path).is_ok_and(|m| m.len() >= LAZY_PAGES_MIN)
+}
+
+/// Adds the manifest's pages layers (partial, each pinned under its disk's name) and
+/// serves each as a file the image directory links to, all at once. On failure, what was
+/// served is stopped again.
+async fn serve_pages(
+    r: &Remote,
+    m: &remote::Manifest,
+    rec: &SnapshotRecord,
+    mem: &std::path::Path,
+) -> Result<Vec<ServedPages>> {
+    if m.memory_layers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let entries: Vec<remote::LayerEntry> =
+        m.memory_layers.iter().map(|l| l.layer.clone()).collect();
+    let records = r.bucket.records(&entries).await.map_err(remote_err)?;
+    let mut added = Vec::new();
+    for (i, (ml, record)) in m.memory_layers.iter().zip(records).enumerate() {
+        // A disk name of this pull's own: a release of an earlier pull of the same
+        // snapshot still waiting for its readers never takes this one.
+        let disk = match super::pages::disk_name(&rec.view.id, i) {
+            Ok(d) => d,
+            Err(e) => {
+                release_pages(r, None, added).await;
+                return Err(e);
+            }
+        };
+        let (store, pin) = (r.store.clone(), super::pages::pin_of(&disk));
+        let pin2 = pin.clone();
+        let done = tokio::task::spawn_blocking(move || store.add_remote_chain(&[record], &pin2))
+            .await
+            .map_err(|e| unavailable(e.to_string()))
+            .and_then(|r| {
+                r.map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))
+            });
+        if let Err(e) = done {
+            let _ = r.store.delete_ref(&pin);
+            release_pages(r, None, added).await;
+            return Err(e);
+        }
+        added.push(ServedPages {
+            file: ml.name.clone(),
+            disk,
+            layer: ml.layer.id.clone(),
+            size: ml.size,
+        });
+    }
+    let serving = added.iter().map(|p| {
+        let (servers, p) = (r.pages.clone(), p.clone());
+        async move {
+            let path = tokio::task::spawn_blocking(move || servers.serve(&p))
+                .await
+                .map_err(|e| unavailable(e.to_string()))??;
+            Ok::<_, Error>(path)
+        }
+    });
+    let linked = futures::future::join_all(serving)
+        .await
+        .into_iter()
+        .zip(&added)
+        .try_for_each(|(path, p)| {
+            Ok::<_, Error>(super::pages::link_pages(&path?, &mem.join(&p.file))?)
+        });
+    match linked {
+        Ok(()) => Ok(added),
+        Err(e) => {
+            release_pages(r, None, added).await;
+            Err(e)
+        }
+    }
+}
+
+/// Stops serving `pages` and unpins their layers: at once when no lazy restore reads the
+/// image directory `images` any more, else in the background once none does (a server
+/// stopped under a lazy-pages daemon would leave its sandbox's uncopied pages unreadable).
+async fn release_pages(r: &Remote, images: Option<PathBuf>, pages: Vec<ServedPages>) {
+    let read = images.as_deref().is_some_and(runtime::host::lazy::reading);
+    let servers = r.pages.clone();
+    let release = move || {
+        if let Some(dir) = &images {
+            super::pages::wait_unread(dir);
+        }
+        for p in pages {
+            servers.release(&p.disk);
+        }
+    };
+    if read {
+        tracing::info!(
+            "a lazy restore still reads a pulled snapshot's pages: released once it is done"
+        );
+        drop(tokio::task::spawn_blocking(release));
+    } else {
+        let _ = tokio::task::spawn_blocking(release).await;
+    }
+}
+
+impl Manager {
+    /// What a pulled snapshot's pages files hold here goes with it.
+    pub(super) async fn release_snapshot_pages(&self, rec: &SnapshotRecord) {
+        if rec.pages.is_empty() {
+            return;
+        }
+        if let Ok(r) = self.remote() {
+            release_pages(r, rec.memory_dir.clone(), rec.pages.clone()).await;
+        }
+    }
+
+    /// After a restart: the pulled snapshots' pages files are served again (a server that
+    /// outlived the daemon is taken over), and what no snapshot names any more (a pull or
+    /// a release cut short) goes.
+    pub(super) async fn reserve_pages(&self) {
+        let Ok(r) = self.remote() else { return };
+        let Ok(all) = self.store.snapshots().await else {
+            return;
+        };
+        let mut named = std::collections::HashSet::new();
+        for rec in all.into_iter().filter(|r| !r.pages.is_empty()) {
+            let (servers, rec2) = (r.pages.clone(), rec.clone());
+            let done =
+                tokio::task::spawn_blocking(move || super::pages::reserve(&servers, &rec2)).await;
+            if matches!(done, Ok(Ok(()))) {
+                named.extend(rec.pages.iter().map(|p| p.disk.clone()));
+            } else {
+                tracing::warn!(snapshot = %rec.view.id, "cannot serve a pulled snapshot's pages again: dropping it");
+                let _ = self.remove_snapshot(&rec).await;
+            }
+        }
+        let servers = r.pages.clone();
+        let _ = tokio::task::spawn_blocking(move || servers.sweep(&named)).await;
+    }
+
+    /// At a graceful stop: the pages servers end, unless a lazy restore still reads.
+    pub(super) async fn stop_pages(&self) {
+        if let Ok(r) = self.remote() {
+            let servers = r.pages.clone();
+            let _ = tokio::task::spawn_blocking(move || servers.stop_all_if_unread()).await;
+        }
+    }
 }
 
 fn dir_bytes(dir: &std::path::Path) -> u64 {

@@ -116,6 +116,7 @@ impl Manager {
                 internal,
                 restore_bytes: cp.size_bytes,
                 pulled: false,
+                pages: Vec::new(),
             };
             self.store.put_snapshot(rec.clone()).await?;
             Ok::<_, Error>(rec)
@@ -191,6 +192,7 @@ impl Manager {
         if let Err(e) = self.backend.unpin_layer(&rec.pin()).await {
             tracing::warn!(snapshot = %rec.view.id, error = %e, "unpin failed");
         }
+        self.release_snapshot_pages(rec).await;
         self.drop_snapshot_dir(&rec.view.id).await;
         tracing::info!(snapshot = %rec.view.id, "snapshot deleted");
         Ok(())

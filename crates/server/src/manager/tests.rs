@@ -807,6 +807,7 @@ async fn restart_drops_the_suspended_state_of_a_sandbox_that_runs_again() {
         internal: true,
         restore_bytes: 0,
         pulled: false,
+        pages: Vec::new(),
     };
     store.put_snapshot(rec).await.unwrap();
     // The resume had recorded `running` when the daemon died.
@@ -1001,6 +1002,7 @@ async fn memory_snapshot(s: &Setup, id: &str, size_mb: u64) {
         internal: false,
         restore_bytes: 0,
         pulled: false,
+        pages: Vec::new(),
     };
     Store::open(&s.db).unwrap().put_snapshot(rec).await.unwrap();
 }

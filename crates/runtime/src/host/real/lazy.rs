@@ -101,9 +101,8 @@ fn log_name(id: &str) -> String {
     format!("lazy-pages-{id}.log")
 }
 
-/// Pids of the lazy-pages daemons of container `id` (one, or none).
-fn daemons_of(id: &str) -> Vec<i32> {
-    let log = log_name(id);
+/// Pids of the processes whose command line (its arguments) `matches`.
+fn daemons_where(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<i32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -112,17 +111,44 @@ fn daemons_of(id: &str) -> Vec<i32> {
         .filter_map(|p| {
             let pid = p.file_name().to_str()?.parse::<i32>().ok()?;
             let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
-            cmdline
-                .split(|b| *b == 0)
-                .any(|arg| arg == log.as_bytes())
-                .then_some(pid)
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            matches(&args).then_some(pid)
         })
         .collect()
+}
+
+/// Pids of the lazy-pages daemons of container `id` (one, or none).
+fn daemons_of(id: &str) -> Vec<i32> {
+    let log = log_name(id);
+    daemons_where(|args| args.contains(&log.as_bytes()))
 }
 
 /// Whether a lazy-pages daemon still serves container `id`.
 fn serving(id: &str) -> bool {
     !daemons_of(id).is_empty()
+}
+
+/// Whether a lazy-pages daemon of ours is `args`.
+fn is_ours(args: &[&[u8]]) -> bool {
+    args.iter()
+        .any(|a| a.starts_with(b"lazy-pages-") && a.ends_with(b".log"))
+}
+
+/// Whether any lazy-pages daemon of ours still runs (it may still read memory images).
+pub fn any_serving() -> bool {
+    !daemons_where(is_ours).is_empty()
+}
+
+/// Whether a lazy-pages daemon of ours still reads the images in `images`.
+pub fn reading(images: &Path) -> bool {
+    let dir = images.as_os_str().as_encoded_bytes();
+    !daemons_where(|args| {
+        is_ours(args)
+            && args
+                .windows(2)
+                .any(|w| w[0] == b"--images-dir" && w[1] == dir)
+    })
+    .is_empty()
 }
 
 /// Stops the lazy-pages daemon of container `id`, once its processes are gone. It exits
@@ -198,6 +224,31 @@ mod tests {
         reaper.join().unwrap().unwrap();
         other.kill().unwrap();
         other.wait().unwrap();
+    }
+
+    #[test]
+    fn a_reader_of_an_image_directory_is_found_by_it() {
+        let id = format!("lazy-test-reader-{}", std::process::id());
+        let images = format!("/tmp/lazy-test-images-{}", std::process::id());
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                "while :; do sleep 0.05; done",
+                "sh",
+                "--images-dir",
+                &images,
+                &log_name(&id),
+            ])
+            .spawn()
+            .unwrap();
+        while !serving(&id) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(reading(Path::new(&images)));
+        assert!(!reading(Path::new(&format!("{images}-other"))));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!reading(Path::new(&images)));
     }
 
     #[test]
