@@ -6,6 +6,7 @@
 //! sandfork agent. All host side effects go through [`host::Host`]. See `docs/runtime.md`
 //! and `docs/SECURITY.md`.
 
+pub mod cgroup_tuning;
 pub mod checkpoint;
 mod container;
 mod error;

@@ -81,6 +81,9 @@ pub fn create(ctx: &Ctx<'_>, spec: SandboxSpec) -> Result<Record> {
         .and_then(|()| build(ctx, &paths, &mut record, &mut done));
     if let Err(e) = result {
         warn!(id = %record.spec.id, error = %e, "create failed, rolling back");
+        if ctx.restore_images.is_some() {
+            ctx.host.cancel_restore(&record.names.container);
+        }
         let _ = undo(ctx, &paths, &record, done.iter().rev().copied());
         let _ = paths.remove();
         return Err(e);
@@ -106,10 +109,17 @@ fn build(
     ctx.host
         .create_disk(&names.disk, &spec.image.layer, spec.resources.disk_mb)?;
     steps::done("disk forked from its layer", t);
-    // Mounting the disk and making the network do not depend on each other: side by side.
+    if ctx.restore_images.is_some() {
+        ctx.host.criu_work_dir(&restore_work(paths))?;
+    }
+    // Mounting the disk, making the network and getting a restore ready do not depend on
+    // each other: side by side.
     let (mut disk_done, mut net_done) = (Vec::new(), Vec::new());
     let (disk, net) = std::thread::scope(|s| {
         let disk = s.spawn(|| mount_disk(ctx, paths, &names, &mut disk_done));
+        if let Some(images) = ctx.restore_images {
+            s.spawn(|| prepare_restore(ctx, paths, &names, images));
+        }
         let net = build_net(ctx, paths, record, &mut net_done);
         (disk.join(), net)
     });
@@ -122,6 +132,22 @@ fn build(
     })?;
     net?;
     start(ctx, paths, record, done)
+}
+
+/// CRIU's work directory for a restore.
+fn restore_work(paths: &SandboxPaths) -> PathBuf {
+    paths.dir.join("criu-restore")
+}
+
+fn prepare_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, names: &Names, images: &Path) {
+    let t = std::time::Instant::now();
+    let work = restore_work(paths);
+    let criu = CriuPaths {
+        images,
+        work: &work,
+    };
+    ctx.host.prepare_restore(&names.container, criu);
+    steps::done("restore prepared (lazy-pages daemon)", t);
 }
 
 fn mount_disk(
@@ -377,8 +403,8 @@ fn owner(paths: &SandboxPaths) -> String {
 
 /// `runc restore` into a prepared bundle (the start step of a sandbox made from memory images).
 fn runc_restore(ctx: &Ctx<'_>, paths: &SandboxPaths, record: &Record, images: &Path) -> Result<()> {
-    let work = paths.dir.join("criu-restore");
-    ctx.host.criu_work_dir(&work)?;
+    // Made fresh by `build`, and maybe already holding the lazy-pages daemon's socket.
+    let work = restore_work(paths);
     let criu = CriuPaths {
         images,
         work: &work,

@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// written (default true; starts the kernel's ksmd).
     #[arg(long, value_name = "BOOL")]
     pub memory_merge: Option<bool>,
+    /// Turn the cgroup2 mount option favordynmods on, so moving tasks between cgroups
+    /// (every create and restore) skips an RCU grace period (default true; host-wide).
+    #[arg(long, value_name = "BOOL")]
+    pub cgroup_favor_dynmods: Option<bool>,
     /// Serve the web console under /ui/ (default true).
     #[arg(long, value_name = "BOOL")]
     pub ui: Option<bool>,
@@ -92,6 +96,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.default_image = a.default_image.unwrap_or(c.default_image);
     c.admission_wait_secs = a.admission_wait_secs.unwrap_or(c.admission_wait_secs);
     c.memory_merge = a.memory_merge.unwrap_or(c.memory_merge);
+    c.cgroup_favor_dynmods = a.cgroup_favor_dynmods.unwrap_or(c.cgroup_favor_dynmods);
     c.ui = a.ui.unwrap_or(c.ui);
     c.lazy_restore = a.lazy_restore.unwrap_or(c.lazy_restore);
     c.pool_size = a.pool_size.unwrap_or(c.pool_size);
@@ -173,6 +178,7 @@ mod tests {
             default_image: None,
             admission_wait_secs: None,
             memory_merge: Some(false),
+            cgroup_favor_dynmods: Some(false),
             ui: Some(false),
             lazy_restore: Some(false),
             pool_size: Some(0),
@@ -188,7 +194,7 @@ mod tests {
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));
         assert_eq!((c.max_sandboxes, c.max_memory_mb), (7, 100));
-        assert!(!c.memory_merge && !c.lazy_restore && !c.ui);
+        assert!(!c.memory_merge && !c.lazy_restore && !c.ui && !c.cgroup_favor_dynmods);
         assert_eq!(c.insecure_registries, ["127.0.0.1:5000"]);
         assert!(c.object_store.is_none(), "local only unless asked");
         assert_eq!(

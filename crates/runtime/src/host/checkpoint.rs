@@ -31,6 +31,13 @@ pub trait CheckpointHost {
         paths: &SandboxPaths,
         criu: CriuPaths<'_>,
     ) -> Result<()>;
+    /// Gets the restore of container `id` from `criu.images` ready ahead of
+    /// [`Self::runc_restore`] (a lazy restore's lazy-pages daemon started), so that this
+    /// overlaps the sandbox's disk and network set-up; a failure here only leaves the
+    /// work to `runc_restore`. `criu.work` must exist and stay as it is until then.
+    fn prepare_restore(&self, _id: &str, _criu: CriuPaths<'_>) {}
+    /// Drops what [`Self::prepare_restore`] made for `id`: its restore will not run.
+    fn cancel_restore(&self, _id: &str) {}
     /// Freezes the mounted filesystem of `disk` (flushing its page cache to the disk).
     fn disk_freeze(&self, disk: &str) -> Result<()>;
     /// Thaws it; thawing a filesystem that is not frozen is fine.
@@ -87,6 +94,12 @@ impl CheckpointHost for FakeHost {
         _criu: CriuPaths<'_>,
     ) -> Result<()> {
         Err(refused("runc restore"))
+    }
+    fn prepare_restore(&self, id: &str, _criu: CriuPaths<'_>) {
+        let _ = self.call("prepare_restore", id);
+    }
+    fn cancel_restore(&self, id: &str) {
+        let _ = self.call("cancel_restore", id);
     }
     fn disk_freeze(&self, _disk: &str) -> Result<()> {
         Err(refused("freeze"))

@@ -51,6 +51,8 @@ pub struct RealHost {
     lazy_pages: bool,
     /// Image directories whose lazy restore failed: restored eagerly from then on.
     lazy_refused: Mutex<HashSet<PathBuf>>,
+    /// Lazy-pages daemons started ahead of their restore, by container.
+    prepared: Mutex<HashMap<String, lazy::LazyPages>>,
 }
 
 impl RealHost {
@@ -65,6 +67,7 @@ impl RealHost {
             memory_merge: false,
             lazy_pages: false,
             lazy_refused: Mutex::new(HashSet::new()),
+            prepared: Mutex::new(HashMap::new()),
         }
     }
 

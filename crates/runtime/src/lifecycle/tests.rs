@@ -319,3 +319,50 @@ fn stopped_on_request_is_kept_by_stale_cleanup_but_dead_is_not() {
     restart(&c, "parked").unwrap();
     assert!(!load(&c, "parked").unwrap().stopped);
 }
+
+#[test]
+fn a_restore_is_prepared_beside_the_disk_and_cancelled_when_it_fails() {
+    let env = env();
+    let host = FakeHost::new();
+    let images = env._dir.path().join("images");
+    let c = Ctx {
+        restore_images: Some(&images),
+        ..ctx(&env, &host)
+    };
+    // The fake host refuses `runc restore`: the create fails after the preparation.
+    assert!(create(&c, spec("r", NetworkMode::None)).is_err());
+    let ops = host.ops();
+    assert!(
+        in_order(
+            &ops,
+            &[
+                "create_disk",
+                "criu_work_dir",
+                "prepare_restore",
+                "write_bundle"
+            ]
+        ),
+        "{ops:?}"
+    );
+    assert!(
+        in_order(&ops, &["criu_work_dir", "mount_disk", "write_bundle"]),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.iter().filter(|o| *o == "criu_work_dir").count(),
+        1,
+        "made once: {ops:?}"
+    );
+    assert!(
+        in_order(&ops, &["write_bundle", "cancel_restore"]),
+        "{ops:?}"
+    );
+    // A cold create prepares nothing.
+    let host = FakeHost::new();
+    create(&ctx(&env, &host), spec("c", NetworkMode::None)).unwrap();
+    assert!(
+        !host.ops().iter().any(|o| o.contains("restore")),
+        "{:?}",
+        host.ops()
+    );
+}

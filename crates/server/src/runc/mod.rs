@@ -69,6 +69,13 @@ impl RuncBackend {
         {
             tracing::info!("started the kernel's page merging (ksmd) for memory_merge");
         }
+        if config.cgroup_favor_dynmods {
+            match runtime::cgroup_tuning::favor_dynmods() {
+                Ok(true) => tracing::info!("turned favordynmods on for the cgroup2 mount"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cgroup_favor_dynmods: left as it was"),
+            }
+        }
         let lazy = config.lazy_restore && runtime::host::lazy::supported();
         if config.lazy_restore && !lazy {
             tracing::warn!(

@@ -1,7 +1,6 @@
 //! [`CheckpointHost`] on the real host: runc + CRIU, and the block-store disks.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use super::cmd::{self, run};
@@ -165,15 +164,27 @@ impl RealHost {
     /// CRIU restores the UTS and IPC namespaces of the checkpointed container: a restored
     /// copy gets its own hostname (its id) as a fresh sandbox has, and System V segments
     /// go with their last process again (see [`Self::shm_rmid_forced`]), both set from
-    /// the host side.
+    /// the host side by a thread of our own that joins the two namespaces (no process
+    /// spawned on the restore path).
     fn name_restored(&self, root: &Path, id: &str) -> Result<()> {
         let pid = self.init_pid(root, id, "restore")?;
+        let open = |kind: &str| {
+            let path = format!("/proc/{pid}/ns/{kind}");
+            std::fs::File::open(&path).at(&path)
+        };
+        let (uts, ipc) = (open("uts")?, open("ipc")?);
         let (key, value) = SHM_RMID_FORCED;
-        let script = format!("hostname \"$1\" && echo {value} > /proc/sys/{key}");
-        let mut c = Command::new("nsenter");
-        c.arg(format!("--target={pid}"))
-            .args(["--uts", "--ipc", "--", "sh", "-c", &script, "sh", id]);
-        run(&mut c).map(drop)
+        let sysctl = Path::new("/proc/sys").join(key);
+        let hostname = id.to_string();
+        in_namespaces(move || {
+            setns(&uts, nix::sched::CloneFlags::CLONE_NEWUTS)?;
+            setns(&ipc, nix::sched::CloneFlags::CLONE_NEWIPC)?;
+            nix::unistd::sethostname(&hostname).map_err(|e| Error::Command {
+                command: "sethostname".into(),
+                detail: e.to_string(),
+            })?;
+            std::fs::write(&sysctl, value).at(&sysctl)
+        })
     }
 
     /// Sets `kernel.shm_rmid_forced` in the sandbox's IPC namespace. It is off while CRIU
@@ -189,23 +200,29 @@ impl RealHost {
         let (key, value) = SHM_RMID_FORCED;
         let value = if on { value } else { "0" };
         let sysctl = Path::new("/proc/sys").join(key);
-        std::thread::spawn(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWIPC).map_err(|e| {
-                Error::Command {
-                    command: "setns(CLONE_NEWIPC)".into(),
-                    detail: e.to_string(),
-                }
-            })?;
+        in_namespaces(move || {
+            setns(&ns, nix::sched::CloneFlags::CLONE_NEWIPC)?;
             std::fs::write(&sysctl, value).at(&sysctl)
         })
-        .join()
-        .unwrap_or_else(|_| {
-            Err(Error::Command {
-                command: "shm_rmid_forced".into(),
-                detail: "panicked".into(),
-            })
-        })
     }
+}
+
+/// Runs `f` on a thread of its own, which may join other namespaces (a thread's UTS and
+/// IPC namespaces are its own; it ends with `f`, so no other work runs in them).
+fn in_namespaces(f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    std::thread::spawn(f).join().unwrap_or_else(|_| {
+        Err(Error::Command {
+            command: "a thread in the sandbox's namespaces".into(),
+            detail: "panicked".into(),
+        })
+    })
+}
+
+fn setns(ns: &std::fs::File, kind: nix::sched::CloneFlags) -> Result<()> {
+    nix::sched::setns(ns, kind).map_err(|e| Error::Command {
+        command: format!("setns({kind:?})"),
+        detail: e.to_string(),
+    })
 }
 
 /// How long a dump waits for a lazy restore of the same sandbox to copy its last pages.
@@ -244,10 +261,20 @@ impl RealHost {
         paths: &SandboxPaths,
         criu: CriuPaths<'_>,
     ) -> Result<()> {
-        let lazy = super::lazy::LazyPages::start(criu.images, criu.work, id)?;
+        let prepared = self.take_prepared(id);
+        let lazy = match prepared {
+            Some(lazy) => lazy,
+            None => super::lazy::LazyPages::start(criu.images, criu.work, id)?,
+        };
         self.run_restore(root, id, paths, criu, true)?;
         lazy.serve();
         Ok(())
+    }
+
+    /// The lazy-pages daemon started for container `id` ahead of its restore, if any.
+    fn take_prepared(&self, id: &str) -> Option<super::lazy::LazyPages> {
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        prepared.remove(id)
     }
 
     /// Whether the images in `images` may be restored lazily (none has failed so).
@@ -337,6 +364,23 @@ impl CheckpointHost for RealHost {
         }
         self.run_restore(root, id, paths, criu, false)?;
         self.name_restored(root, id)
+    }
+
+    fn prepare_restore(&self, id: &str, criu: CriuPaths<'_>) {
+        if !self.lazy_pages || !self.lazy_allowed(criu.images) {
+            return;
+        }
+        match super::lazy::LazyPages::start(criu.images, criu.work, id) {
+            Ok(lazy) => {
+                let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+                prepared.insert(id.to_string(), lazy);
+            }
+            Err(e) => tracing::debug!("lazy-pages daemon for {id} not started ahead: {e}"),
+        }
+    }
+
+    fn cancel_restore(&self, id: &str) {
+        drop(self.take_prepared(id));
     }
 
     fn disk_freeze(&self, disk: &str) -> Result<()> {
