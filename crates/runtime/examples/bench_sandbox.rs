@@ -8,8 +8,10 @@
 //!   root filesystem;
 //! - exec round trip: agent exec of `true` in a running sandbox vs `runc exec … true`.
 //!
-//! The `python` image is built (Debian packages, debootstrap cached) with `--python`, and
-//! kept in `$SANDFORK_BENCH_DIR` (default /var/tmp/sandfork-bench-runtime) for later runs.
+//! With `--python`, the `python` image is imported from the OCI layout the daemon exported
+//! (`$SANDFORK_BENCH_PYTHON_OCI`, set by `bench/sandbox --python`: its build steps need a
+//! build sandbox) and kept in `$SANDFORK_BENCH_DIR` (default
+//! /var/tmp/sandfork-bench-runtime) for later runs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -296,7 +298,10 @@ async fn main() -> Result<()> {
     let images = Images::new(disks.store().clone(), data.join("images"));
     let busybox = image(&images, "busybox", Source::Busybox)?.to_ref();
     let python = if a.python {
-        Some(image(&images, "python", Source::Python)?.to_ref())
+        // Exported by the daemon (its build steps need a build sandbox): bench/sandbox.
+        let oci = std::env::var("SANDFORK_BENCH_PYTHON_OCI")
+            .context("SANDFORK_BENCH_PYTHON_OCI: run through bench/sandbox --python")?;
+        Some(image(&images, "python", Source::OciLayout(oci.into()))?.to_ref())
     } else {
         None
     };
