@@ -291,21 +291,35 @@ impl RealHost {
 }
 
 /// Tries at freezing a sandbox before its failure is the caller's.
-const PAUSE_ATTEMPTS: u64 = 5;
+const PAUSE_ATTEMPTS: u64 = 8;
 
 /// The sandbox's `kernel.shm_rmid_forced` (see [`crate::oci::SYSCTLS`]), as a /proc/sys path.
 const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
 impl CheckpointHost for RealHost {
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
-        // The freezer can miss a task that is mid-fork or in an uninterruptible wait, and
-        // runc then gives up with "unable to freeze" (and thaws): a moment later it works.
+        // A task of a lazily restored sandbox that faults on a page not copied in yet waits
+        // for it unfreezably (userfaultfd): the freeze waits for the copy to end (the
+        // dump would wait for it anyway, see `runc_checkpoint`).
+        if !super::lazy::wait_done(id, LAZY_WAIT) {
+            return Err(Error::Checkpoint(format!(
+                "the sandbox's memory is still being restored after {} s; try again later",
+                LAZY_WAIT.as_secs()
+            )));
+        }
+        // The freezer can miss a task that is mid-fork or in an uninterruptible wait (disk
+        // I/O), and runc then gives up with "unable to freeze" (and thaws): a moment later
+        // it works.
         let mut attempt = 1;
         loop {
             match run(runc(root).args(["pause", id])) {
-                Err(e)
-                    if attempt < PAUSE_ATTEMPTS && e.to_string().contains("unable to freeze") =>
-                {
+                Err(e) if e.to_string().contains("unable to freeze") => {
+                    if attempt == PAUSE_ATTEMPTS {
+                        return Err(Error::NotCheckpointable(format!(
+                            "a process could not be frozen after {PAUSE_ATTEMPTS} tries (it is \
+                             in an uninterruptible wait, such as disk I/O); try again"
+                        )));
+                    }
                     tracing::debug!(sandbox = id, attempt, "freezing failed, trying again: {e}");
                     std::thread::sleep(Duration::from_millis(50 * attempt));
                     attempt += 1;
