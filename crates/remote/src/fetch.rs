@@ -162,9 +162,8 @@ impl ChunkService {
             .await
     }
 
-    /// The chunks of `layer` holding at most `max_blocks` blocks (a seal leaves a chunk
-    /// sparse where it wrote scattered small things: file system metadata, small files).
-    pub async fn sparse_chunks(&self, layer: &LayerId, max_blocks: u64) -> Result<Vec<(u64, u64)>> {
+    /// The chunks of `layer` holding at most `max_blocks` blocks, with their block counts.
+    pub async fn chunks_up_to(&self, layer: &LayerId, max_blocks: u64) -> Result<Vec<(u64, u64)>> {
         let table = self.table(layer).await?;
         Ok(table
             .entries()

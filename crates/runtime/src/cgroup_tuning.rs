@@ -15,14 +15,12 @@ use crate::error::{Error, Result};
 
 /// The cgroup2 mount's path and its superblock options, if there is one.
 fn cgroup2_mount() -> Result<Option<(PathBuf, String)>> {
-    let me = procfs::process::Process::myself().map_err(|e| Error::Command {
-        command: "read /proc/self/mountinfo".into(),
-        detail: e.to_string(),
-    })?;
-    let infos = me.mountinfo().map_err(|e| Error::Command {
-        command: "read /proc/self/mountinfo".into(),
-        detail: e.to_string(),
-    })?;
+    let infos = procfs::process::Process::myself()
+        .and_then(|me| me.mountinfo())
+        .map_err(|e| Error::Command {
+            command: "read /proc/self/mountinfo".into(),
+            detail: e.to_string(),
+        })?;
     Ok(infos.into_iter().find(|m| m.fs_type == "cgroup2").map(|m| {
         let opts = m
             .super_options
@@ -91,5 +89,23 @@ mod tests {
         );
         assert!(favoured("nsdelegate,favordynmods"));
         assert!(!favoured("nsdelegate"));
+    }
+
+    /// As root: the host's cgroup2 mount favours dynamic modifications afterwards, and
+    /// keeps the options it had. (Host-wide and only ever turned on, as every daemon of
+    /// the test suite does at start; nothing to undo.)
+    #[test]
+    fn the_host_cgroup2_mount_ends_up_favouring_moves() {
+        testkit::needs_root("remounting the host's cgroup2 mount");
+        let Some((_, before)) = cgroup2_mount().unwrap() else {
+            return; // a host without cgroup2 has nothing to tune
+        };
+        favor_dynmods().unwrap();
+        let (_, after) = cgroup2_mount().unwrap().unwrap();
+        assert!(favoured(&after), "{after}");
+        for opt in before.split(',').filter(|o| !o.is_empty()) {
+            assert!(after.split(',').any(|a| a == opt), "{opt} kept: {after}");
+        }
+        assert!(!favor_dynmods().unwrap(), "a second call changes nothing");
     }
 }

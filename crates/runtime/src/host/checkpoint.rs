@@ -16,11 +16,13 @@ pub struct CriuPaths<'a> {
 
 /// Checkpoint side effects, joined to [`super::Host`].
 pub trait CheckpointHost {
-    /// `runc pause id` (cgroup freezer; no CRIU freezer cost at dump time).
+    /// `runc pause id` (cgroup freezer; no CRIU freezer cost at dump time), once a lazy
+    /// restore of the sandbox has copied in every page: a dump follows it.
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()>;
     /// `runc resume id`.
     fn runc_resume(&self, root: &Path, id: &str) -> Result<()>;
-    /// `runc checkpoint --leave-running` into `criu.images`.
+    /// `runc checkpoint --leave-running` into `criu.images`, of a sandbox paused by
+    /// [`Self::runc_pause`].
     fn runc_checkpoint(&self, root: &Path, id: &str, criu: CriuPaths<'_>) -> Result<()>;
     /// `runc restore --detach` of `criu.images` into the bundle at `paths`, with stdio
     /// pipes like `runc_run`.

@@ -250,45 +250,30 @@ impl Manager {
         // cost more than it saves).
         let (pages, memory): (Vec<PathBuf>, Vec<PathBuf>) =
             memory.into_iter().partition(|f| served_lazily(f));
-        let mut memory_layers = Vec::new();
+        let record = serde_json::to_value(&shared).map_err(|e| Error::Conflict(e.to_string()))?;
         let mut pins = Vec::new();
-        for f in pages {
-            let name = f
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let size = std::fs::metadata(&f)?.len();
-            let (store, pin) = (
-                r.store.clone(),
-                format!("{}{id}.{name}", super::pages::PUBLISH_PREFIX),
-            );
-            let pin2 = pin.clone();
-            let layer = tokio::task::spawn_blocking(move || store.import_image_as(&f, &pin2))
-                .await
-                .map_err(|e| unavailable(e.to_string()))?
-                .map_err(|e| unavailable(format!("the pages file {name} as a layer: {e}")))?;
-            pins.push(pin);
-            memory_layers.push((name, size, layer));
-        }
-        let publication = remote::publish::Publication {
-            snapshot_id: id,
-            publisher: &r.node,
-            published_at: super::now_rfc3339(),
-            record: serde_json::to_value(&shared).map_err(|e| Error::Conflict(e.to_string()))?,
-            top: &top,
-            memory,
-            memory_layers,
-            scratch: &work.0,
+        let published = match import_pages(&r, id, pages, &mut pins).await {
+            Ok(memory_layers) => {
+                let publication = remote::publish::Publication {
+                    snapshot_id: id,
+                    publisher: &r.node,
+                    published_at: super::now_rfc3339(),
+                    record,
+                    top: &top,
+                    memory,
+                    memory_layers,
+                    scratch: &work.0,
+                };
+                let published = r.bucket.publish(&r.store, &r.tables, publication, &r.key);
+                published.await.map_err(remote_err)
+            }
+            Err(e) => Err(e),
         };
-        let published = r
-            .bucket
-            .publish(&r.store, &r.tables, publication, &r.key)
-            .await;
         // The pages layers were for the bucket: this node keeps the snapshot's own files.
         for pin in pins {
             let _ = r.store.delete_ref(&pin);
         }
-        let m = published.map_err(remote_err)?;
+        let m = published?;
         rec.view.published = true;
         self.store.put_snapshot(rec.clone()).await?;
         tracing::info!(snapshot = %id, bytes = m.total_bytes(), ms = started.elapsed().as_millis() as u64, "snapshot published");
@@ -588,26 +573,14 @@ async fn materialize(
             .map_err(|e| unavailable(e.to_string()))?
             .map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))
     };
-    let pages = async {
-        let served = serve_pages(r, m, &rec, &mem).await;
-        tracing::debug!(ms = t0.elapsed().as_millis() as u64, "serving the pages");
-        served
-    };
-    let (files, layers, pages) = tokio::join!(files, layers, pages);
-    let pages = match (files, layers, pages) {
-        (Ok(()), Ok(_), Ok(pages)) => pages,
-        (files, layers, pages) => {
-            let failed = match pages {
-                Ok(served) => {
-                    release_pages(r, None, served).await;
-                    None
-                }
-                Err(e) => Some(e),
-            };
-            files?;
-            layers?;
-            return Err(failed.unwrap_or_else(|| unavailable("serving the pages failed".into())));
+    let (files, layers, pages) = tokio::join!(files, layers, serve_pages(r, m, &rec, &mem));
+    let pages = match (files.and(layers.map(drop)), pages) {
+        (Ok(()), pages) => pages?,
+        (Err(e), Ok(served)) => {
+            release_pages(r, None, served).await;
+            return Err(e);
         }
+        (Err(e), Err(_)) => return Err(e),
     };
     rec.memory_dir = None;
     if memory {
@@ -619,6 +592,34 @@ async fn materialize(
     rec.pulled = true;
     rec.view.published = true;
     Ok(rec)
+}
+
+/// Imports the pages files `pages` of snapshot `id` into the block store as sealed layers
+/// (name, size, layer), each pinned under a ref pushed to `pins` before it is made, so
+/// the caller drops every pin whatever happens.
+async fn import_pages(
+    r: &Remote,
+    id: &str,
+    pages: Vec<PathBuf>,
+    pins: &mut Vec<String>,
+) -> Result<Vec<(String, u64, LayerId)>> {
+    let mut layers = Vec::new();
+    for f in pages {
+        let name = f
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let size = std::fs::metadata(&f)?.len();
+        let pin = format!("{}{id}.{name}", super::pages::PUBLISH_PREFIX);
+        pins.push(pin.clone());
+        let store = r.store.clone();
+        let layer = tokio::task::spawn_blocking(move || store.import_image_as(&f, &pin))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?
+            .map_err(|e| unavailable(format!("the pages file {name} as a layer: {e}")))?;
+        layers.push((name, size, layer));
+    }
+    Ok(layers)
 }
 
 /// With no prefetch list yet (the snapshot's first restore away from its publisher),
@@ -640,7 +641,7 @@ fn fetch_ahead(r: &Arc<Remote>, m: &remote::Manifest) {
         let mut budget = AHEAD_TOTAL;
         for (layer, small) in layers {
             let max_blocks = if small { u64::MAX } else { SPARSE_BLOCKS };
-            let Ok(found) = service.sparse_chunks(&layer, max_blocks).await else {
+            let Ok(found) = service.chunks_up_to(&layer, max_blocks).await else {
                 continue;
             };
             for (chunk, blocks) in found {
@@ -669,73 +670,67 @@ fn served_lazily(path: &std::path::Path) -> bool {
 
 /// Adds the manifest's pages layers (partial, each pinned under its disk's name) and
 /// serves each as a file the image directory links to, all at once. On failure, what was
-/// served is stopped again.
+/// made is released again.
 async fn serve_pages(
     r: &Remote,
     m: &remote::Manifest,
     rec: &SnapshotRecord,
     mem: &std::path::Path,
 ) -> Result<Vec<ServedPages>> {
+    let mut made = Vec::new();
+    match add_and_serve(r, m, &rec.view.id, mem, &mut made).await {
+        Ok(()) => Ok(made),
+        Err(e) => {
+            release_pages(r, None, made).await;
+            Err(e)
+        }
+    }
+}
+
+/// [`serve_pages`]' work; each pages disk goes into `made` before anything of it exists,
+/// so that a release takes whatever part of it was made (its pin, its disk, its server).
+async fn add_and_serve(
+    r: &Remote,
+    m: &remote::Manifest,
+    id: &str,
+    mem: &std::path::Path,
+    made: &mut Vec<ServedPages>,
+) -> Result<()> {
     if m.memory_layers.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
     let entries: Vec<remote::LayerEntry> =
         m.memory_layers.iter().map(|l| l.layer.clone()).collect();
     let records = r.bucket.records(&entries).await.map_err(remote_err)?;
-    let mut added = Vec::new();
     for (i, (ml, record)) in m.memory_layers.iter().zip(records).enumerate() {
         // A disk name of this pull's own: a release of an earlier pull of the same
         // snapshot still waiting for its readers never takes this one.
-        let disk = match super::pages::disk_name(&rec.view.id, i) {
-            Ok(d) => d,
-            Err(e) => {
-                release_pages(r, None, added).await;
-                return Err(e);
-            }
-        };
+        let disk = super::pages::disk_name(id, i)?;
         let (store, pin) = (r.store.clone(), super::pages::pin_of(&disk));
-        let pin2 = pin.clone();
-        let done = tokio::task::spawn_blocking(move || store.add_remote_chain(&[record], &pin2))
-            .await
-            .map_err(|e| unavailable(e.to_string()))
-            .and_then(|r| {
-                r.map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))
-            });
-        if let Err(e) = done {
-            let _ = r.store.delete_ref(&pin);
-            release_pages(r, None, added).await;
-            return Err(e);
-        }
-        added.push(ServedPages {
+        made.push(ServedPages {
             file: ml.name.clone(),
             disk,
             layer: ml.layer.id.clone(),
             size: ml.size,
         });
+        tokio::task::spawn_blocking(move || store.add_remote_chain(&[record], &pin))
+            .await
+            .map_err(|e| unavailable(e.to_string()))?
+            .map_err(|e| Error::Conflict(format!("Refused from the object store: {e}")))?;
     }
-    let serving = added.iter().map(|p| {
+    let serving = made.iter().map(|p| {
         let (servers, p) = (r.pages.clone(), p.clone());
         async move {
-            let path = tokio::task::spawn_blocking(move || servers.serve(&p))
+            tokio::task::spawn_blocking(move || servers.serve(&p))
                 .await
-                .map_err(|e| unavailable(e.to_string()))??;
-            Ok::<_, Error>(path)
+                .map_err(|e| unavailable(e.to_string()))?
         }
     });
-    let linked = futures::future::join_all(serving)
-        .await
-        .into_iter()
-        .zip(&added)
-        .try_for_each(|(path, p)| {
-            Ok::<_, Error>(super::pages::link_pages(&path?, &mem.join(&p.file))?)
-        });
-    match linked {
-        Ok(()) => Ok(added),
-        Err(e) => {
-            release_pages(r, None, added).await;
-            Err(e)
-        }
+    let paths = futures::future::join_all(serving).await;
+    for (path, p) in paths.into_iter().zip(made.iter()) {
+        super::pages::link_pages(&path?, &mem.join(&p.file))?;
     }
+    Ok(())
 }
 
 /// Stops serving `pages` and unpins their layers: at once when no lazy restore reads the

@@ -298,9 +298,10 @@ const SHM_RMID_FORCED: (&str, &str) = ("kernel/shm_rmid_forced", "1");
 
 impl CheckpointHost for RealHost {
     fn runc_pause(&self, root: &Path, id: &str) -> Result<()> {
-        // A task of a lazily restored sandbox that faults on a page not copied in yet waits
-        // for it unfreezably (userfaultfd): the freeze waits for the copy to end (the
-        // dump would wait for it anyway, see `runc_checkpoint`).
+        // A lazily restored sandbox is frozen only once every page is copied in: a task
+        // that faults on a page not copied yet waits for it unfreezably (userfaultfd), and
+        // a dump would record such a page as empty. Every dump follows this pause, so
+        // this is the one place that waits.
         if !super::lazy::wait_done(id, LAZY_WAIT) {
             return Err(Error::Checkpoint(format!(
                 "the sandbox's memory is still being restored after {} s; try again later",
@@ -334,13 +335,7 @@ impl CheckpointHost for RealHost {
     }
 
     fn runc_checkpoint(&self, root: &Path, id: &str, criu: CriuPaths<'_>) -> Result<()> {
-        // A page a lazy restore has not copied yet would be dumped as empty.
-        if !super::lazy::wait_done(id, LAZY_WAIT) {
-            return Err(Error::Checkpoint(format!(
-                "the sandbox's memory is still being restored after {} s; try again later",
-                LAZY_WAIT.as_secs()
-            )));
-        }
+        // `runc_pause`, which comes first, waited for a lazy restore's last pages.
         self.shm_rmid_forced(root, id, false)?;
         let mut c = runc(root);
         c.args(["checkpoint", "--leave-running", "--image-path"])
