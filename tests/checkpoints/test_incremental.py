@@ -10,6 +10,7 @@ export of B carries every page and imports into a snapshot that restores the sam
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -83,6 +84,43 @@ def test_a_forks_checkpoint_stores_what_changed_and_restores_whole(daemon, tmp_p
         for sb in (fork, source):
             if sb is not None:
                 sb.terminate()
+        for snap in (imported, b, a):
+            if snap is not None:
+                snap.delete()
+
+
+def test_a_failed_import_never_removes_files_another_snapshot_reads(daemon, tmp_path: Path) -> None:
+    """A deleted snapshot whose files a later checkpoint still reads keeps its directory; an
+    import of that snapshot's own file must not take (or, failing, remove) that directory."""
+    source = Sandbox.create(image="busybox", memory_mb=256, name=f"keeps-{os.getpid()}")
+    a = b = imported = None
+    forks = []
+    try:
+        source.start_process("sh", ["-c", HOLDER])
+        wait_for("the holder is ready", lambda: source.run("test", ["-s", "/tmp/orig"]).exit_code == 0)
+        a = source.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        # The fork's checkpoint of the source stores what changed and names A as parent.
+        result = source.fork(1)
+        forks, b = list(result), Snapshot.get(result.snapshot_id)
+        a.export(tmp_path / "a.sfs")
+        a_id = a.id
+        a.delete()
+        a = None
+        assert a_id in snapshot_dirs(daemon), "A's files stay while a later checkpoint reads them"
+        kept = sorted(p.name for p in (daemon.data_dir / "snapshots" / a_id / "memory").iterdir())
+
+        imported = Snapshot.import_(tmp_path / "a.sfs")
+        assert imported.id != a_id, "the kept directory is not the import's to take"
+        after = sorted(p.name for p in (daemon.data_dir / "snapshots" / a_id / "memory").iterdir())
+        assert after == kept, "the import changed the files another snapshot reads"
+        holds_the_data(imported.id)
+
+        source.suspend()
+        source.resume()
+        assert source.run("test", ["-s", "/tmp/orig"]).exit_code == 0
+    finally:
+        for sb in forks + [source]:
+            sb.terminate()
         for snap in (imported, b, a):
             if snap is not None:
                 snap.delete()

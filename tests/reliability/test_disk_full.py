@@ -275,3 +275,83 @@ def test_image_build_on_a_full_disk(full_daemon, faults) -> None:
             ok = sb.run("echo", ["hi"]).stdout == "hi"
         faults.injected("a sandbox boots from the image built after", ok, "")
         c.request("DELETE", "/v1/images/full")
+
+
+def sandbox_doc(c: Client, sb: Sandbox) -> dict:
+    return c.request_json("GET", f"/v1/sandboxes/{sb.id}")
+
+
+def wait_until(what: str, ready, timeout: float = 60) -> tuple:
+    """Polls ``ready`` until it holds or ``timeout`` passes; returns (held, detail)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return True, ""
+        time.sleep(0.5)
+    return False, f"not {what} within {timeout:.0f} s"
+
+
+def event_types(sb: Sandbox) -> List[str]:
+    return [e.type for e in sb.events(follow=False)]
+
+
+WRITER = "dd if=/dev/urandom of=/root/g.bin bs=1M count=24 && sync && md5sum /root/g.bin > /root/g.md5 && sync && touch /root/done"
+
+
+@pytest.mark.fault(FAULT)
+def test_synced_writes_survive_a_full_disk(full_daemon, faults) -> None:
+    """A sandbox writes and syncs 24 MiB while the host disk is full: its writes are held, never dropped; the API and the events say so; once space is freed they go through, the data reads back after the host's caches are dropped, the root stays writable and a checkpoint succeeds."""
+    d, fs = full_daemon
+    c = client_of(d)
+    sb = sandbox_with_precious_file(c)
+    os.sync()
+    fs.fill(leave=0)
+    sb.start_process("sh", ["-c", WRITER])
+    ok, detail = wait_until("reported disk_full", lambda: sandbox_doc(c, sb).get("disk_full") is True)
+    faults.injected("synced writes on a full disk: the sandbox is reported disk_full", ok, detail)
+    faults.injected("synced writes on a full disk: a disk_full event", "disk_full" in event_types(sb), str(event_types(sb)))
+    done = sb.run("test", ["-e", "/root/done"]).exit_code == 0
+    faults.injected("synced writes on a full disk: the sync waits (is not acknowledged)", not done, "")
+    ok, detail = expect_507(lambda: sb.checkpoint(checkpoint_type="filesystem"))
+    faults.injected("checkpoint while the disk's writes wait for space: 507", ok, detail)
+    fs.unfill()
+    ok, detail = wait_until("done", lambda: sb.run("test", ["-e", "/root/done"]).exit_code == 0)
+    faults.injected("space freed: the held writes and the sync complete", ok, detail)
+    ok, detail = wait_until("recovered", lambda: "disk_recovered" in event_types(sb) and not sandbox_doc(c, sb).get("disk_full"))
+    faults.injected("space freed: disk_full cleared and a disk_recovered event", ok, detail + f" {event_types(sb)}")
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    r = sb.run("md5sum", ["-c", "/root/g.md5"])
+    faults.injected("the data written while the disk was full reads back after the host's caches are dropped", r.exit_code == 0, r.stdout + r.stderr)
+    r = sb.run("sh", ["-c", "echo after > /root/after && sync && cat /root/after"])
+    faults.injected("the sandbox's root stays writable", r.stdout.strip() == "after", r.stdout + r.stderr)
+    problems = usable(sb)
+    faults.injected("the sandbox still running and usable", not problems, "; ".join(problems))
+    try:
+        snap = sb.checkpoint(checkpoint_type="filesystem")
+        snap.delete()
+        ok, detail = True, ""
+    except SandforkError as e:
+        ok, detail = False, str(e)
+    faults.injected("a checkpoint after the disk was freed succeeds", ok, detail)
+    sb.terminate()
+
+
+@pytest.mark.fault(FAULT)
+def test_terminate_while_writes_wait_for_space(full_daemon, faults) -> None:
+    """A sandbox whose disk writes wait for space is terminated: the terminate completes (the held writes are given up) and leaves nothing behind."""
+    d, fs = full_daemon
+    c = client_of(d)
+    sb = sandbox_with_precious_file(c)
+    os.sync()
+    fs.fill(leave=0)
+    sb.start_process("sh", ["-c", WRITER])
+    ok, detail = wait_until("reported disk_full", lambda: sandbox_doc(c, sb).get("disk_full") is True)
+    faults.injected("terminate on a full disk: the sandbox is reported disk_full first", ok, detail)
+    try:
+        sb.terminate()
+        ok, detail = True, ""
+    except SandforkError as e:
+        ok, detail = False, str(e)
+    faults.injected("terminate while writes wait for space completes", ok, detail)
+    fs.unfill()

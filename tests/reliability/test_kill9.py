@@ -644,3 +644,47 @@ def test_daemon_killed_while_the_pool_fills(faults: Faults) -> None:
             faults.injected("kill -9 while the pool fills", not problems, detail)
     finally:
         finish(d)
+
+
+def children_of_fork(c: Client, tag: str) -> List[Any]:
+    return [s for s in Sandbox.list(client=c) if s.labels.get("cut") == tag]
+
+
+@pytest.mark.fault("daemon killed")
+def test_a_fork_cut_short_leaves_no_children_running(faults: Faults) -> None:
+    """The daemon killed (SIGKILL) while a fork of 8 is under way, once some children run: after the restart none of that call's children runs (its caller never heard of them), they hold no admission, and nothing is left on the host."""
+    d = new_daemon()
+    try:
+        c = Client(url=d.url)
+        src = Sandbox.create(client=c, image="busybox", memory_mb=MEMORY_MB, allow_internet_access=False)
+        snap = src.checkpoint(checkpoint_type="memory")
+        tag = secrets.token_hex(4)
+        call = threading.Thread(target=lambda: _ignore(lambda: snap.fork(8, labels={"cut": tag})), daemon=True)
+        call.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(status(s) == "running" for s in children_of_fork(c, tag)):
+            time.sleep(0.05)
+        seen = len(children_of_fork(c, tag))
+        d.process.kill()
+        d.process.wait()
+        call.join(60)
+        d = new_daemon(root=d.root)
+        c = Client(url=d.url)
+        left = {s.id: status(s) for s in children_of_fork(c, tag)}
+        running = [sid for sid, st in left.items() if st == "running"]
+        detail = f"{seen} children listed before the kill; after the restart: {left}"
+        faults.injected("fork cut short by kill -9: no child of it left running", seen > 0 and not running, detail)
+        ids = [x for x in (s.get("id") for s in c.request_json("GET", "/v1/sandboxes").get("sandboxes", [])) if x]
+        leaks = leaks_except(d, [src.id]) if src.id in ids else leaks_except(d, [])
+        faults.injected("fork cut short by kill -9: nothing of its children on the host", not leaks, "; ".join(leaks))
+        Sandbox(src.id, client=c).terminate()
+        Snapshot.delete_by_id(snap.id, client=c)
+    finally:
+        finish(d)
+
+
+def _ignore(call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except (SandforkError, OSError):
+        pass

@@ -122,6 +122,11 @@ pub struct NetworkView {
 pub struct ForkInfo {
     pub index: u32,
     pub parent_snapshot_id: String,
+    /// The fork call that made it (children of one call share it); absent for a single
+    /// create from a snapshot. A call cut short before it answered (its client gone, or
+    /// the daemon restarted) has its children terminated: its caller never heard of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork_id: Option<String>,
 }
 
 /// A sandbox.
@@ -166,6 +171,10 @@ pub struct Sandbox {
     /// The only ports the gateway serves; absent: any port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exposed_ports: Option<Vec<u16>>,
+    /// Set while the host's data directory is full and the sandbox's disk writes wait
+    /// for space (they are kept, never dropped, and go on once space is freed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disk_full: bool,
 }
 
 /// `PATCH /v1/sandboxes/{id}`: what to change on a live sandbox; absent fields stay.
@@ -270,6 +279,10 @@ pub enum EventKind {
     Failed,
     /// The kernel's OOM killer killed a process in it; `message` says how many so far.
     Oom,
+    /// The host's data directory is full: its disk writes wait for space (`disk_full`).
+    DiskFull,
+    /// Space is back and its held disk writes went through.
+    DiskRecovered,
     /// Not an event of a sandbox: this stream fell behind and `message` says how many
     /// events it missed.
     Lagged,

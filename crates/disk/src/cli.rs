@@ -78,6 +78,9 @@ struct ServeOpts {
     uring: bool,
     #[arg(long, default_value_t)]
     flush: FlushMode,
+    /// Hold writes the host has no space for until it has (else fail them).
+    #[arg(long)]
+    hold_when_full: bool,
 }
 
 #[derive(Debug, Args)]
@@ -176,6 +179,7 @@ fn serve(o: ServeOpts) -> Result<()> {
         direct_io: !o.buffered,
         uring: o.uring,
         flush: o.flush,
+        hold_when_full: o.hold_when_full,
     };
     if o.detach {
         std::fs::create_dir_all(&args.dir).context("create the run directory")?;

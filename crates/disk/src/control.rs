@@ -24,6 +24,9 @@ pub enum Request {
     Compact,
     /// Report counters.
     Stats,
+    /// Fail the writes held for want of host space, and any later one that finds no
+    /// space: the disk is about to be torn down.
+    Release,
     /// Unmount the FUSE export, close the disk and exit.
     Shutdown,
 }

@@ -26,5 +26,6 @@ pub use cleanup::{cleanup_stale, server_answers, CleanupReport};
 pub use error::{Error, Result};
 pub use ext4::build_ext4_image;
 pub use mounted::{
-    server_binary, use_server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes, ServedFile,
+    server_binary, stats_of, use_server_binary, DiskSpec, MountOptions, MountedDisk, SealTimes,
+    ServedFile,
 };

@@ -44,6 +44,9 @@ pub struct MountOptions {
     pub uring: bool,
     /// What a flush from inside waits for (see [`crate::fuse::FlushMode`]).
     pub flush: crate::fuse::FlushMode,
+    /// Hold writes the host has no space for until it has, instead of failing them (a
+    /// sandbox's root disk: see [`crate::fuse::FsOptions::hold_when_full`]).
+    pub hold_when_full: bool,
 }
 
 impl Default for MountOptions {
@@ -56,6 +59,7 @@ impl Default for MountOptions {
             direct_io: true,
             uring: false,
             flush: Default::default(),
+            hold_when_full: false,
         }
     }
 }
@@ -217,6 +221,8 @@ impl MountedDisk {
     /// Unmounts ext4, detaches the loop device and stops the server. Always completes:
     /// a dead or stuck server is killed and its FUSE connection aborted.
     pub fn teardown(self) -> Result<()> {
+        // Writes held for want of host space would hold the unmount's flush forever.
+        let _ = self.call(&Request::Release);
         let _ = ext4::thaw(&self.mountpoint);
         let unmounted = ext4::unmount(&self.mountpoint);
         let detached = self.loop_dev.detach();
@@ -237,7 +243,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn stats_of(run_dir: &Path) -> Result<ServerStats> {
+/// The counters of the disk server running in `run_dir`.
+pub fn stats_of(run_dir: &Path) -> Result<ServerStats> {
     let resp = control::call(
         &layout::control_socket(run_dir),
         &Request::Stats,
@@ -396,6 +403,9 @@ fn spawn_server(spec: &DiskSpec, opts: &MountOptions) -> Result<i32> {
     }
     if opts.uring {
         cmd.arg("--uring");
+    }
+    if opts.hold_when_full {
+        cmd.arg("--hold-when-full");
     }
     let mut child = cmd
         .arg("--store")

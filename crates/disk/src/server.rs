@@ -47,6 +47,8 @@ pub struct ServeArgs {
     pub uring: bool,
     /// What a flush from the kernel waits for.
     pub flush: crate::fuse::FlushMode,
+    /// Hold writes the host has no space for until it has (see [`FsOptions`]).
+    pub hold_when_full: bool,
 }
 
 /// The disk being served: a block-store disk, or a plain file.
@@ -112,7 +114,7 @@ impl Backend {
 /// Shared state of the control side.
 struct Server {
     backend: Backend,
-    export_stats: Box<dyn Fn() -> crate::fuse::IoCounters + Send + Sync>,
+    io: Arc<crate::fuse::IoStats>,
     compactions: AtomicU64,
     compacting: AtomicBool,
     compact_depth: usize,
@@ -165,6 +167,7 @@ fn start(args: &ServeArgs) -> Result<Running> {
         open_flags: args.open_flags,
         uring: args.uring,
         flush: args.flush,
+        hold_when_full: args.hold_when_full,
         ..FsOptions::default()
     };
     let export = Export::start(backend.device(), &fuse_dir, args.threads, opts)?;
@@ -180,10 +183,9 @@ fn start(args: &ServeArgs) -> Result<Running> {
     std::fs::write(layout::pid_file(&args.dir), std::process::id().to_string())
         .map_err(Error::io("write the pid file"))?;
     let (tx, rx) = channel();
-    let stats = export.stats_handle();
     let server = Arc::new(Server {
         backend,
-        export_stats: Box::new(move || stats.snapshot()),
+        io: export.stats_handle(),
         compactions: AtomicU64::new(0),
         compacting: AtomicBool::new(false),
         compact_depth: args.compact_depth,
@@ -310,7 +312,10 @@ impl Server {
                 stats: Some(self.stats()),
                 ..Response::ok()
             }),
-            Request::Shutdown => Ok(Response::ok()),
+            Request::Release | Request::Shutdown => {
+                self.io.give_up.store(true, Ordering::Relaxed);
+                Ok(Response::ok())
+            }
         };
         match res {
             Ok(mut r) => {
@@ -379,7 +384,7 @@ impl Server {
             disk: self.backend.name(),
             size: dev.size(),
             depth: self.backend.depth(),
-            io: (self.export_stats)(),
+            io: self.io.snapshot(),
             compactions: self.compactions.load(Ordering::Relaxed),
         }
     }

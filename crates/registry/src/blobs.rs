@@ -56,10 +56,26 @@ impl std::fmt::Display for Digest {
     }
 }
 
-/// The blob store of one data directory.
+/// The blob store of one data directory. A blob is kept while a pull may still read it
+/// (each pull holds a [`BlobLease`]) or an image names it; [`BlobStore::collect`] removes
+/// the rest, so neither `image rm` nor a failed or interrupted pull leaves compressed
+/// blobs behind, while images that share a base still fetch it once.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
     dir: PathBuf,
+    leases: std::sync::Arc<std::sync::Mutex<usize>>,
+}
+
+/// Keeps the store's blobs while held (see [`BlobStore::lease`]).
+#[derive(Debug)]
+pub struct BlobLease {
+    store: BlobStore,
+}
+
+impl Drop for BlobLease {
+    fn drop(&mut self) {
+        *self.store.leases.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+    }
 }
 
 impl BlobStore {
@@ -71,7 +87,40 @@ impl BlobStore {
         for d in [dir.join("sha256"), tmp] {
             std::fs::create_dir_all(&d).map_err(|e| PullError::io(&d, e))?;
         }
-        Ok(BlobStore { dir })
+        Ok(BlobStore {
+            dir,
+            leases: Default::default(),
+        })
+    }
+
+    /// Keeps every blob until the lease is dropped: [`BlobStore::collect`] does nothing
+    /// while one is held.
+    pub fn lease(&self) -> BlobLease {
+        *self.leases.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        BlobLease {
+            store: self.clone(),
+        }
+    }
+
+    /// Removes every blob `keep` does not name (digests as `sha256:<hex>`), unless a lease
+    /// is held; returns how many were removed.
+    pub fn collect(&self, keep: &std::collections::HashSet<String>) -> usize {
+        let leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        if *leases > 0 {
+            return 0;
+        }
+        let Ok(entries) = std::fs::read_dir(self.dir.join("sha256")) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for e in entries.flatten() {
+            let name = format!("sha256:{}", e.file_name().to_string_lossy());
+            if !keep.contains(&name) && std::fs::remove_file(e.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        drop(leases);
+        removed
     }
 
     /// Where blob `digest` lives (whether or not it is there).
@@ -238,6 +287,22 @@ mod tests {
         ] {
             assert!(Digest::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn collect_keeps_named_blobs_and_everything_while_leased() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path()).unwrap();
+        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
+        store.put(&a, b"a").unwrap();
+        store.put(&b, b"b").unwrap();
+        let keep = [a.to_string()].into_iter().collect();
+        let lease = store.lease();
+        assert_eq!(store.collect(&keep), 0, "a pull may still read them");
+        assert!(store.has(&a) && store.has(&b));
+        drop(lease);
+        assert_eq!(store.collect(&keep), 1);
+        assert!(store.has(&a) && !store.has(&b));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::{Arch, ImageConfiguration, Os};
 
-pub use blobs::{BlobStore, BlobWriter, Digest};
+pub use blobs::{BlobLease, BlobStore, BlobWriter, Digest};
 pub use error::{PullError, Result};
 
 /// Layer media types this platform unpacks (tar, gzip-compressed or not).

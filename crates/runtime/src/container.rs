@@ -310,6 +310,17 @@ impl ContainerRuntime {
         .await
     }
 
+    /// How many of the sandbox's disk writes its disk server holds for want of host space
+    /// (one control-socket call).
+    pub async fn disk_held_writes(&self, id: &str) -> Result<u64> {
+        let id = id.to_string();
+        self.blocking(move |i| {
+            let record = lifecycle::load(&i.ctx(), &id)?;
+            i.host.disk_held_writes(&record.names.disk)
+        })
+        .await
+    }
+
     /// The sandbox's CPU, memory, pids, root disk and network use, read now.
     pub async fn stats(&self, id: &str) -> Result<crate::Stats> {
         let info = self.inspect(id).await?;

@@ -66,6 +66,8 @@ pub trait Host: CheckpointHost + Send + Sync {
     fn unmount_disk(&self, disk: &str, paths: &SandboxPaths) -> Result<()>;
     /// Deletes the disk's writable overlay; succeeds if it does not exist.
     fn delete_disk(&self, disk: &str) -> Result<()>;
+    /// How many writes the disk's server holds now for want of host space.
+    fn disk_held_writes(&self, disk: &str) -> Result<u64>;
 
     /// Creates network namespace `name` with loopback up.
     fn netns_add(&self, name: &str) -> Result<()>;

@@ -70,6 +70,10 @@ pub struct ImageMeta {
     pub source: Option<String>,
     #[serde(default)]
     pub digest: Option<String>,
+    /// The registry blobs (layer digests) a pulled image was made of: kept while it
+    /// exists, so another image on the same base does not fetch it again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blobs: Vec<String>,
 }
 
 fn root_dir() -> String {
@@ -321,6 +325,7 @@ impl Images {
             labels: defaults.labels,
             source: defaults.source,
             digest: defaults.digest,
+            blobs: defaults.blobs,
         };
         let work = BuildDir::new(&self.dir, &format!("{}-meta", key(name)))?;
         let (path, tmp) = (self.meta_path(name), work.path().join("meta.json"));
@@ -346,6 +351,7 @@ pub struct Defaults {
     pub labels: BTreeMap<String, String>,
     pub source: Option<String>,
     pub digest: Option<String>,
+    pub blobs: Vec<String>,
 }
 
 fn ref_name(image: &str) -> String {

@@ -309,6 +309,12 @@ pub trait Backend: Send + Sync + 'static {
         Ok(self.stats(id).await?.oom_kills)
     }
 
+    /// How many disk writes of a running sandbox wait for host space now. Backends whose
+    /// disks never hold writes hold none.
+    async fn disk_held_writes(&self, _id: &str) -> BackendResult<u64> {
+        Ok(0)
+    }
+
     /// What a running sandbox uses now.
     async fn stats(&self, _id: &str) -> BackendResult<ResourceUse> {
         Err(BackendError::Unsupported(

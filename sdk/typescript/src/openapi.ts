@@ -1070,7 +1070,7 @@ export interface components {
          * @description What happened to a sandbox, as `GET /v1/events` streams it.
          * @enum {string}
          */
-        EventKind: "created" | "forked" | "started" | "checkpointed" | "suspended" | "resumed" | "terminated" | "failed" | "oom" | "lagged";
+        EventKind: "created" | "forked" | "started" | "checkpointed" | "suspended" | "resumed" | "terminated" | "failed" | "oom" | "disk_full" | "disk_recovered" | "lagged";
         /** @description `POST /v1/sandboxes/{id}/exec` and `/processes`. */
         ExecRequest: {
             args?: string[];
@@ -1149,6 +1149,12 @@ export interface components {
         };
         /** @description Where a forked sandbox came from. */
         ForkInfo: {
+            /**
+             * @description The fork call that made it (children of one call share it); absent for a single
+             *     create from a snapshot. A call cut short before it answered (its client gone, or
+             *     the daemon restarted) has its children terminated: its caller never heard of them.
+             */
+            fork_id?: string | null;
             /** Format: int32 */
             index: number;
             parent_snapshot_id: string;
@@ -1536,6 +1542,11 @@ export interface components {
             cpus: number;
             /** @description RFC 3339. */
             created_at: string;
+            /**
+             * @description Set while the host's data directory is full and the sandbox's disk writes wait
+             *     for space (they are kept, never dropped, and go on once space is freed).
+             */
+            disk_full?: boolean;
             /** Format: int64 */
             disk_mb: number;
             /** @description The command started in the background when the sandbox booted. */

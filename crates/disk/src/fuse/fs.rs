@@ -1,8 +1,9 @@
 //! The exported filesystem: a root directory holding one regular file, `disk`, whose
 //! bytes are the block device's. Each request is answered from the device directly.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Duration;
 
 use blockstore::{BlockDevice, BLOCK_SIZE};
 use serde::{Deserialize, Serialize};
@@ -79,6 +80,9 @@ pub struct FsOptions {
     pub uring: bool,
     /// What a flush from the kernel waits for.
     pub flush: FlushMode,
+    /// A write the host has no space for waits until it has, instead of failing (see
+    /// [`DiskFs::write_holding`]).
+    pub hold_when_full: bool,
 }
 
 impl Default for FsOptions {
@@ -88,6 +92,7 @@ impl Default for FsOptions {
             open_flags: DEFAULT_OPEN_FLAGS,
             uring: false,
             flush: FlushMode::default(),
+            hold_when_full: false,
         }
     }
 }
@@ -103,10 +108,18 @@ pub struct IoStats {
     pub discards: AtomicU64,
     pub write_zeroes: AtomicU64,
     pub errors: AtomicU64,
+    /// Writes waiting now for the host to have space for them (see [`DiskFs::write`]).
+    pub held_writes: AtomicU64,
+    /// Writes that found the host out of space (held or failed).
+    pub no_space: AtomicU64,
+    /// Set when the disk is going away: held writes then fail instead of waiting.
+    pub give_up: AtomicBool,
 }
 
-/// A copy of the counters, for reports.
+/// A copy of the counters, for reports. Fields missing from an older server's report
+/// read as zero.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct IoCounters {
     pub reads: u64,
     pub read_bytes: u64,
@@ -116,6 +129,8 @@ pub struct IoCounters {
     pub discards: u64,
     pub write_zeroes: u64,
     pub errors: u64,
+    pub held_writes: u64,
+    pub no_space: u64,
 }
 
 impl IoStats {
@@ -129,6 +144,8 @@ impl IoStats {
             discards: self.discards.load(Relaxed),
             write_zeroes: self.write_zeroes.load(Relaxed),
             errors: self.errors.load(Relaxed),
+            held_writes: self.held_writes.load(Relaxed),
+            no_space: self.no_space.load(Relaxed),
         }
     }
 }
@@ -293,7 +310,7 @@ impl DiskFs {
             return Reply::Error(libc::EFBIG);
         }
         bump(&self.stats.writes, &self.stats.write_bytes, len);
-        match self.check(self.dev.write_at(&data[..len], off)) {
+        match self.check(self.write_holding(&data[..len], off)) {
             Ok(()) => {
                 let mut out = Out::default();
                 out.u32(len as u32).u32(0);
@@ -301,6 +318,40 @@ impl DiskFs {
             }
             Err(e) => Reply::Error(e),
         }
+    }
+
+    /// Writes `data` at `off`; while the host has no space for it, the write waits and is
+    /// tried again (as a thin pool queues I/O when it runs out of space) instead of
+    /// failing. A failed write is lost to the guest's filesystem, which then turns
+    /// read-only, while a flush it sent earlier may already have been acknowledged; a
+    /// held write is never acknowledged, so nothing the sandbox was told is kept gets lost,
+    /// and it goes on by itself once space is freed. The daemon reports the wait
+    /// (`held_writes`). A disk being torn down fails its held writes ([`IoStats::give_up`]).
+    fn write_holding(&self, data: &[u8], off: u64) -> blockstore::Result<()> {
+        let mut res = self.dev.write_at(data, off);
+        if !res.as_ref().is_err_and(no_space) {
+            return res;
+        }
+        let s = &self.stats;
+        s.no_space.fetch_add(1, Relaxed);
+        if !self.opts.hold_when_full {
+            return res;
+        }
+        if s.held_writes.fetch_add(1, Relaxed) == 0 {
+            eprintln!(
+                "disk server: the host has no space for a write: holding writes until it has"
+            );
+        }
+        let mut pause = SPACE_RETRY_FIRST;
+        while res.as_ref().is_err_and(no_space) && !s.give_up.load(Relaxed) {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(SPACE_RETRY_MAX);
+            res = self.dev.write_at(data, off);
+        }
+        if s.held_writes.fetch_sub(1, Relaxed) == 1 && res.is_ok() {
+            eprintln!("disk server: the host has space again: held writes done");
+        }
+        res
     }
 
     fn fallocate(&self, arg: &[u8]) -> Reply {
@@ -389,6 +440,16 @@ fn bump(ops: &AtomicU64, total: &AtomicU64, bytes: usize) {
     total.fetch_add(bytes as u64, Relaxed);
 }
 
+/// First and longest pause of a write waiting for host space.
+const SPACE_RETRY_FIRST: Duration = Duration::from_millis(10);
+const SPACE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a device error is the host's file system out of space (or quota).
+fn no_space(e: &blockstore::Error) -> bool {
+    matches!(e, blockstore::Error::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+}
+
 fn errno_of(e: &blockstore::Error) -> i32 {
     match e {
         blockstore::Error::OutOfRange { .. } => libc::EINVAL,
@@ -456,6 +517,80 @@ mod tests {
 
     fn args(fields: &[u64]) -> Vec<u8> {
         fields.iter().flat_map(|f| f.to_le_bytes()).collect()
+    }
+
+    /// A device whose first `fail` writes find the host out of space.
+    struct FullFor {
+        inner: FileDevice,
+        fail: AtomicU64,
+    }
+
+    impl BlockDevice for FullFor {
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> blockstore::Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> blockstore::Result<()> {
+            let left = self.fail.load(Relaxed);
+            if left > 0 {
+                self.fail.store(left - 1, Relaxed);
+                let source = std::io::Error::from_raw_os_error(libc::ENOSPC);
+                return Err(blockstore::Error::io("write data of layer x", source));
+            }
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> blockstore::Result<()> {
+            self.inner.flush()
+        }
+        fn discard(&self, offset: u64, len: u64) -> blockstore::Result<()> {
+            self.inner.discard(offset, len)
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> blockstore::Result<()> {
+            self.inner.write_zeroes(offset, len)
+        }
+    }
+
+    fn full_fs(fail: u64, hold: bool) -> (tempfile::NamedTempFile, DiskFs) {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        file.as_file().set_len(8192).unwrap();
+        let dev = Arc::new(FullFor {
+            inner: FileDevice::open(file.path()).unwrap(),
+            fail: AtomicU64::new(fail),
+        });
+        let opts = FsOptions {
+            hold_when_full: hold,
+            ..FsOptions::default()
+        };
+        (file, DiskFs::new(dev, Arc::default(), opts))
+    }
+
+    #[test]
+    fn a_write_without_host_space_waits_for_it_and_is_kept() {
+        let (_f, fs) = full_fs(3, true);
+        let mut data = vec![7u8; 4096];
+        let r = fs.handle(&header(op::WRITE, FILE_ID), &args(&[0, 0, 4096]), &mut data);
+        assert!(matches!(r, Reply::Body(_)), "the write succeeds once there is space");
+        let c = fs.stats.snapshot();
+        assert_eq!((c.no_space, c.held_writes, c.errors), (1, 0, 0));
+        let mut back = vec![0u8; 4096];
+        let r = fs.handle(&header(op::READ, FILE_ID), &args(&[0, 0, 4096]), &mut back);
+        assert!(matches!(r, Reply::Data(4096)));
+        assert_eq!(back, vec![7u8; 4096]);
+    }
+
+    #[test]
+    fn without_holding_or_once_given_up_a_write_without_space_fails() {
+        let (_f, fs) = full_fs(u64::MAX, false);
+        let mut data = vec![7u8; 4096];
+        let r = fs.handle(&header(op::WRITE, FILE_ID), &args(&[0, 0, 4096]), &mut data);
+        assert!(matches!(r, Reply::Error(libc::ENOSPC)));
+        let (_f, fs) = full_fs(u64::MAX, true);
+        fs.stats.give_up.store(true, Relaxed);
+        let r = fs.handle(&header(op::WRITE, FILE_ID), &args(&[0, 0, 4096]), &mut data);
+        assert!(matches!(r, Reply::Error(libc::ENOSPC)));
+        assert_eq!(fs.stats.snapshot().held_writes, 0);
     }
 
     #[test]

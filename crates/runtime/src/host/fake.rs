@@ -80,6 +80,9 @@ impl Host for FakeHost {
     fn delete_disk(&self, disk: &str) -> Result<()> {
         self.call("delete_disk", disk)
     }
+    fn disk_held_writes(&self, disk: &str) -> Result<u64> {
+        self.call("disk_held_writes", disk).map(|()| 0)
+    }
     fn netns_add(&self, name: &str) -> Result<()> {
         self.call("netns_add", name)
     }

@@ -163,6 +163,9 @@ impl Host for RealHost {
     fn delete_disk(&self, disk: &str) -> Result<()> {
         self.disks.delete(disk)
     }
+    fn disk_held_writes(&self, disk: &str) -> Result<u64> {
+        self.disks.held_writes(disk)
+    }
 
     fn netns_add(&self, name: &str) -> Result<()> {
         netns::add(name)

@@ -18,6 +18,19 @@ use sha2::{Digest, Sha256};
 use super::{ext4_size, report, unpack, BuildDir, Images, ProgressFn};
 use crate::error::{Error, IoContext, Result};
 
+/// A failed unpack or seal on a disk whose server found the host out of space fails in
+/// the guest filesystem as an I/O error (or a freeze's): named as what it is instead.
+fn out_of_space_or(mounted: &disk::MountedDisk, e: Error) -> Error {
+    if e.is_storage_full() || !mounted.stats().is_ok_and(|s| s.io.no_space > 0) {
+        return e;
+    }
+    tracing::warn!(error = %e, "unpacking an image layer ran out of host disk space");
+    Error::io(
+        mounted.spec().store.clone(),
+        std::io::Error::from_raw_os_error(libc::ENOSPC),
+    )
+}
+
 fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::Disk(Box::new(e))
 }
@@ -179,7 +192,8 @@ impl Images {
                     layer: layer.into(),
                     source,
                 })
-                .and_then(|()| mounted.seal().map_err(disk_err));
+                .and_then(|()| mounted.seal().map_err(disk_err))
+                .map_err(|e| out_of_space_or(&mounted, e));
             let down = mounted.teardown().map_err(disk_err);
             let id = sealed?;
             down?;

@@ -101,6 +101,7 @@ pub fn defaults_of(config: &ImageConfiguration) -> Defaults {
         labels: c.labels().clone().unwrap_or_default().into_iter().collect(),
         source: None,
         digest: None,
+        blobs: Vec::new(),
     }
 }
 

@@ -235,6 +235,7 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
         entrypoint: req.entrypoint.clone(),
         public_ports: req.public_ports.unwrap_or(false),
         exposed_ports: req.exposed_ports.clone().map(ports_list).transpose()?,
+        disk_full: false,
     };
     Ok(SandboxRow { view, boot })
 }

@@ -44,6 +44,8 @@ pub(super) struct Child {
     pub memory_mb: Option<u64>,
     pub disk_mb: Option<u64>,
     pub network: Option<NetworkSpec>,
+    /// The fork call it is part of.
+    pub fork_id: Option<String>,
 }
 
 /// Refuses changes to what a memory snapshot pins (422, saying why).
@@ -133,12 +135,14 @@ fn child_row(rec: &SnapshotRecord, c: &Child, id: String) -> Result<SandboxRow> 
         fork: Some(ForkInfo {
             index: c.index,
             parent_snapshot_id: rec.view.id.clone(),
+            fork_id: c.fork_id.clone(),
         }),
         error: None,
         entrypoint: None,
         // A fork's ports are private whatever its parent's were.
         public_ports: false,
         exposed_ports: None,
+        disk_full: false,
     };
     Ok(SandboxRow { view, boot })
 }
@@ -170,6 +174,7 @@ impl Manager {
             memory_mb: req.memory_mb,
             disk_mb: req.disk_mb,
             network: network_spec(&req)?,
+            fork_id: None,
         };
         self.start_child(&rec, child).await
     }
@@ -296,9 +301,11 @@ impl Manager {
         self.check_open()?;
         check_fork(&req)?;
         let rec = self.usable_snapshot(snap_id).await?;
+        let mark = self.fork_mark()?;
         let children = futures::stream::iter(0..req.count)
             .map(|i| {
-                let child = child_of(&req, i);
+                let mut child = child_of(&req, i);
+                child.fork_id = Some(mark.id.clone());
                 let (rec, index) = (&rec, child.index);
                 async move {
                     match self.start_child(rec, child).await {
@@ -318,6 +325,7 @@ impl Manager {
             .buffer_unordered(FORK_PARALLELISM)
             .collect::<Vec<_>>()
             .await;
+        mark.answered();
         let mut children = children;
         children.sort_by_key(|c| c.index);
         Ok(ForkResult {

@@ -10,6 +10,7 @@ mod create;
 mod data;
 pub mod events;
 mod fork;
+mod forkmark;
 mod images;
 mod lineage;
 mod logs;
@@ -71,6 +72,8 @@ pub(crate) struct Entry {
     /// OOM kills counted at the last liveness probe ([`UNSEEN`] for a sandbox adopted
     /// from a previous daemon, until its first probe).
     oom_seen: std::sync::atomic::AtomicU64,
+    /// Its disk server held writes for want of host space at the last probe.
+    disk_full: std::sync::atomic::AtomicBool,
 }
 
 /// No reading yet.
@@ -87,6 +90,7 @@ impl Entry {
             last_active: Mutex::new(Instant::now()),
             // A new sandbox's cgroup has seen no OOM kill.
             oom_seen: std::sync::atomic::AtomicU64::new(0),
+            disk_full: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -98,6 +102,7 @@ impl Entry {
     fn view(&self) -> Sandbox {
         let mut view = lock(&self.row).view.clone();
         view.expires_at = reaper::expires_at(&view, self.idle_for());
+        view.disk_full = self.disk_full.load(std::sync::atomic::Ordering::Relaxed);
         view
     }
 
@@ -370,8 +375,15 @@ impl Manager {
             id: entry.view().id,
             state,
         })?;
-        self.set_state(&entry, p.during, None).await?;
         let id = entry.view().id;
+        match self.set_state(&entry, p.during, None).await {
+            // A full host disk must not keep a sandbox alive: removing it frees space
+            // (a restart meanwhile finds it gone and marks it failed).
+            Err(Error::InsufficientStorage(m)) => {
+                tracing::warn!(sandbox = %id, error = %m, "terminating without recording it first: the host disk is full");
+            }
+            other => other?,
+        }
         match self.backend.destroy(&id).await {
             Ok(()) => {
                 self.set_state(&entry, p.success, None).await?;

@@ -41,6 +41,7 @@ impl Manager {
             let reason = dead.remove(&row.view.id);
             self.recover_one(row, reason).await?;
         }
+        self.roll_back_cut_forks().await;
         if let Err(e) = self.drop_stale_suspend_states().await {
             tracing::error!(error = %e.message(), "dropping stale suspended states failed");
         }

@@ -294,6 +294,25 @@ impl Manager {
         });
     }
 
+    /// Creates the directory a pull of `id` fills, which the pull then owns (and removes if
+    /// it fails). One already there holds the memory images of a snapshot deleted here
+    /// that a later snapshot still reads: never touched, the pull is refused instead.
+    fn claim_pull_dir(&self, id: &str) -> Result<PathBuf> {
+        let root = self.snapshots_dir();
+        std::fs::create_dir_all(&root)?;
+        let dir = root.join(id);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(Error::Conflict(format!(
+                "Snapshot {id} was deleted on this node while a later snapshot still reads its \
+                 memory images; delete that snapshot first, then pull {id} again"
+            )))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Pulls snapshot `id` from the object store: its manifest (signature checked), its
     /// layers as partial layers (their blocks come as reads need them) and its memory
     /// images; then the chunks its restores read first are fetched ahead.
@@ -331,8 +350,7 @@ impl Manager {
         let mut rec = rec;
         rec.memory_dir = None;
         rec.pages = Vec::new();
-        let dir = self.snapshots_dir().join(id);
-        std::fs::create_dir_all(&dir)?;
+        let dir = self.claim_pull_dir(id)?;
         let pin = rec.pin();
         // In a task of its own: what the bucket is asked runs to its end (or error) even
         // if the request that wanted the snapshot goes away.

@@ -80,6 +80,7 @@ impl Manager {
         let memory_dir = (args.kind == SnapshotType::Memory).then(|| dir.join("memory"));
         let pin = pin_name(snap_id);
         let made = async {
+            self.refuse_while_disk_full(entry, &row.view.id).await?;
             // Made first, even without memory images, so recovery finds a torn checkpoint.
             std::fs::create_dir_all(&dir).map_err(|e| match is_storage_full(&e) {
                 true => Error::from(e),

@@ -118,8 +118,7 @@ impl Manager {
         rec.internal = false;
         // A host path from the file is never trusted: only the images it carries count.
         rec.memory_dir = None;
-        let dir = self.snapshots_dir().join(&rec.view.id);
-        std::fs::create_dir_all(&dir).map_err(host)?;
+        let dir = self.claim_snapshot_dir(&mut rec.view.id)?;
         let placed = self.place_import(&mut rec, &work.0, &dir).await;
         if let Err(e) = placed {
             let _ = self.backend.unpin_layer(&rec.pin()).await;
@@ -128,6 +127,26 @@ impl Manager {
         }
         tracing::info!(snapshot = %rec.view.id, "snapshot imported");
         Ok(rec.view)
+    }
+
+    /// Creates the directory of a new snapshot `id`, which this import then owns (and may
+    /// remove on failure). A directory already there belongs to someone else: a deleted
+    /// snapshot whose memory images a later snapshot still reads keeps its directory
+    /// without a record. Then the import takes a fresh id instead.
+    fn claim_snapshot_dir(&self, id: &mut String) -> Result<PathBuf> {
+        let root = self.snapshots_dir();
+        std::fs::create_dir_all(&root).map_err(host)?;
+        for _ in 0..8 {
+            let dir = root.join(id.as_str());
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    *id = new_snapshot_id()?;
+                }
+                Err(e) => return Err(host(e)),
+            }
+        }
+        Err(host("no free snapshot id after 8 tries"))
     }
 
     /// Every file must be signed with this daemon's key, except a filesystem snapshot the

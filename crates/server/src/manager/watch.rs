@@ -16,6 +16,10 @@ use std::sync::atomic::Ordering;
 use super::{Entry, Manager, UNSEEN};
 use model::{plan, Op, State};
 
+/// Free space of the data directory under which the probe asks disk servers whether
+/// they hold writes.
+const LOW_SPACE_MB: u64 = 64;
+
 /// How often every running sandbox is probed.
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);
 
@@ -82,6 +86,58 @@ impl Manager {
         }
     }
 
+    /// Tells the events feed (and the sandbox's `disk_full`) when its disk server starts
+    /// or stops holding writes for want of host space. The disk server is asked only
+    /// while the data directory is nearly full, or was for this sandbox.
+    async fn check_disk(&self, entry: &Entry, id: &str) {
+        let was = entry.disk_full.load(Ordering::Relaxed);
+        let low = self
+            .backend
+            .host_disk()
+            .is_some_and(|d| d.free_mb < LOW_SPACE_MB);
+        if !low && !was {
+            return;
+        }
+        let Ok(held) = self.backend.disk_held_writes(id).await else {
+            return;
+        };
+        let full = held > 0;
+        if entry.disk_full.swap(full, Ordering::Relaxed) == full {
+            return;
+        }
+        let (kind, msg) = if full {
+            tracing::warn!(sandbox = %id, held, "the host's data directory is full: the sandbox's disk writes wait for space");
+            let msg = "The host's data directory is full: its disk writes wait (kept, not dropped) until space is freed";
+            (api_types::EventKind::DiskFull, msg)
+        } else {
+            tracing::info!(sandbox = %id, "space is back: the sandbox's held disk writes went through");
+            (
+                api_types::EventKind::DiskRecovered,
+                "Space is back: its held disk writes went through",
+            )
+        };
+        self.events
+            .emit(kind, &entry.view(), None, Some(msg.to_string()));
+    }
+
+    /// A 507 while the sandbox's disk server holds writes for want of host space: a seal
+    /// freezes the filesystem, and the freeze would wait for those writes.
+    pub(super) async fn refuse_while_disk_full(
+        &self,
+        entry: &Entry,
+        id: &str,
+    ) -> crate::error::Result<()> {
+        self.check_disk(entry, id).await;
+        if !entry.disk_full.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Err(crate::error::Error::InsufficientStorage(
+            "Out of disk space: the host's data directory is full and the sandbox's disk writes \
+             wait for space; free space on the host, then try again"
+                .into(),
+        ))
+    }
+
     /// Fails and tears down the sandbox of `entry` if a part of it died.
     async fn probe(&self, entry: &Entry) {
         let Ok(_op) = entry.op.try_lock() else {
@@ -93,7 +149,10 @@ impl Manager {
         };
         let reason = match self.backend.dead_reason(&id).await {
             Ok(Some(reason)) => reason,
-            Ok(None) => return self.check_oom(entry, &id).await,
+            Ok(None) => {
+                self.check_oom(entry, &id).await;
+                return self.check_disk(entry, &id).await;
+            }
             Err(e) => {
                 tracing::debug!(sandbox = %id, error = %e, "liveness probe failed");
                 return;

@@ -83,6 +83,7 @@ impl Config {
             labels: self.labels.clone(),
             source: None,
             digest: None,
+            blobs: Vec::new(),
         }
     }
 }

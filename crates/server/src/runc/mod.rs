@@ -270,6 +270,9 @@ impl Backend for RuncBackend {
         if !builds.is_empty() {
             tracing::info!(count = builds.len(), "removed interrupted image builds");
         }
+        // Blobs of pulls a crash cut short, and of images removed before they were
+        // collected.
+        self.collect_blobs().await;
         let removed = self.runtime.cleanup_stale().await.map_err(host_err)?;
         if !removed.is_empty() {
             tracing::info!(count = removed.len(), "removed stale sandboxes");
@@ -351,6 +354,10 @@ impl Backend for RuncBackend {
 
     async fn oom_kills(&self, id: &str) -> BackendResult<u64> {
         self.runtime.oom_kills(id).await.map_err(host_err)
+    }
+
+    async fn disk_held_writes(&self, id: &str) -> BackendResult<u64> {
+        self.runtime.disk_held_writes(id).await.map_err(host_err)
     }
 
     async fn stats(&self, id: &str) -> BackendResult<crate::backend::ResourceUse> {
@@ -662,6 +669,7 @@ impl Backend for RuncBackend {
                     labels: m.labels,
                     source: None,
                     digest: None,
+                    blobs: Vec::new(),
                 })
                 .unwrap_or_default();
             defaults.env.extend(env);
@@ -802,7 +810,9 @@ impl Backend for RuncBackend {
         tokio::task::spawn_blocking(move || images.remove(&name))
             .await
             .map_err(|e| BackendError::Host(e.to_string()))?
-            .map_err(host_err)
+            .map_err(host_err)?;
+        self.collect_blobs().await;
+        Ok(())
     }
 
     async fn images(&self) -> BackendResult<Vec<(String, BuiltImage)>> {

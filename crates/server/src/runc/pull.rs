@@ -15,6 +15,37 @@ impl RuncBackend {
         credentials: Option<(String, String)>,
         progress: mpsc::Sender<String>,
     ) -> BackendResult<BuiltImage> {
+        let collected = self.pull_leased(reference, credentials, progress).await;
+        self.collect_blobs().await;
+        collected
+    }
+
+    /// Removes the registry blobs no image names (none while a pull runs).
+    pub(super) async fn collect_blobs(&self) {
+        let (images, blobs) = (self.images.clone(), self.puller.blobs().clone());
+        let removed = tokio::task::spawn_blocking(move || {
+            let keep = images
+                .list()
+                .ok()?
+                .into_iter()
+                .flat_map(|m| m.blobs)
+                .collect();
+            Some(blobs.collect(&keep))
+        })
+        .await;
+        if let Ok(Some(n @ 1..)) = removed {
+            tracing::info!(count = n, "removed registry blobs no image names");
+        }
+    }
+
+    async fn pull_leased(
+        &self,
+        reference: &str,
+        credentials: Option<(String, String)>,
+        progress: mpsc::Sender<String>,
+    ) -> BackendResult<BuiltImage> {
+        // The blobs stay until the unpack below is done.
+        let _lease = self.puller.blobs().lease();
         let credentials =
             credentials.map(|(username, password)| Credentials { username, password });
         let report = progress.clone();
@@ -109,6 +140,7 @@ fn publish(
     let mut defaults = runtime::image::defaults_of(&pulled.config);
     defaults.source = Some(pulled.reference.clone());
     defaults.digest = Some(pulled.digest.to_string());
+    defaults.blobs = pulled.layers.iter().map(|l| l.digest.to_string()).collect();
     let layers: Vec<_> = pulled
         .layers
         .iter()

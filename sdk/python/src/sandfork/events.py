@@ -11,7 +11,7 @@ from ._args import check_int, check_str
 from ._transport import Client
 from .models import parse_time
 
-KINDS = ("created", "forked", "started", "checkpointed", "suspended", "resumed", "terminated", "failed", "oom", "lagged")
+KINDS = ("created", "forked", "started", "checkpointed", "suspended", "resumed", "terminated", "failed", "oom", "disk_full", "disk_recovered", "lagged")
 """Event types: ``lagged`` is not about a sandbox; it says the stream fell behind."""
 
 

@@ -776,7 +776,7 @@ class SandboxInfo(TracedMixin):
 
     Tensorlake's fields, plus sandfork's (``id``, ``state``, ``cpus``,
     ``memory_mb``, ``disk_mb``, ``snapshot_id``, ``labels``,
-    ``last_active_at``, ``fork``, ``error``, ``raw``);
+    ``last_active_at``, ``fork``, ``error``, ``disk_full``, ``raw``);
     ``allow_unauthenticated_access`` is the daemon's ``public_ports`` and
     ``exposed_ports`` its list (``None``: any port). Fields of features sandfork
     lacks keep their empty defaults (``sandbox_url``, ``file_systems``, ``pool_id`` ...).
@@ -811,6 +811,7 @@ class SandboxInfo(TracedMixin):
     expires_at: Optional[datetime] = None
     fork: Optional[Dict[str, Any]] = None
     error: Optional[str] = None
+    disk_full: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -870,6 +871,7 @@ class SandboxInfo(TracedMixin):
             exposed_ports=list(doc["exposed_ports"]) if doc.get("exposed_ports") is not None else None,
             fork=doc.get("fork"),
             error=doc.get("error"),
+            disk_full=bool(doc.get("disk_full")),
             raw=doc,
         )
 

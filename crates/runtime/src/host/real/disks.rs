@@ -35,8 +35,10 @@ impl Disks {
         store_path: impl Into<PathBuf>,
         flush: disk::fuse::FlushMode,
     ) -> Result<Disks> {
+        // A sandbox's writes are held, never dropped, while the host has no space.
         let options = MountOptions {
             flush,
+            hold_when_full: true,
             ..MountOptions::default()
         };
         let store_path = store_path.into();
@@ -127,6 +129,14 @@ impl Disks {
             .get(disk)
             .ok_or_else(|| Error::InvalidSpec(format!("disk {disk} is not mounted here")))?;
         f(m)
+    }
+
+    /// Writes the disk's server holds for want of host space (its control socket asked).
+    pub fn held_writes(&self, disk: &str) -> Result<u64> {
+        let run_dir = self.with_mounted(disk, |m| Ok(m.spec().run_dir.clone()))?;
+        disk::stats_of(&run_dir)
+            .map(|s| s.io.held_writes)
+            .map_err(disk_err)
     }
 
     pub fn delete(&self, disk: &str) -> Result<()> {
