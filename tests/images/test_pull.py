@@ -4,6 +4,7 @@ verified, clear errors that leave nothing half-visible."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import tarfile
@@ -12,6 +13,7 @@ from typing import Dict, List
 
 import pytest
 
+from _daemon import daemon_binary, implements_serve, start_daemon, tear_down, wait_healthy
 from conftest import Registry, oci_layout, tar_layer
 from sandfork import Client, Sandbox, SandforkError
 
@@ -216,3 +218,72 @@ def test_a_truncated_layer_is_refused(daemon, registry: Registry, base_layer: by
     assert "bytes" in out.stderr or "digest" in out.stderr, out.stderr
     assert image_names(daemon) == before
     assert list((daemon.data_dir / "blobs" / "tmp").iterdir()) == []
+
+
+def blob_files(daemon) -> set:
+    d = daemon.data_dir / "blobs" / "sha256"
+    return {p.name for p in d.iterdir()} if d.exists() else set()
+
+
+def test_blobs_go_with_the_images_that_name_them(daemon, registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    """Compressed blobs are kept while an image names them (another image on the same base
+    fetches it once) and removed with the image; a failed pull leaves none."""
+    import hashlib
+
+    from sandfork import Image
+
+    before = blob_files(daemon)
+    layer = tar_layer({"kept.txt": b"kept"})
+    layout, _ = oci_layout(workdir / "blobs-kept", [base_layer, layer], {}, ARCH)
+    registry.push(layout, "blobs/kept:1")
+    image = Image.pull(f"{registry.host}/blobs/kept:1")
+    held = blob_files(daemon) - before
+    assert hashlib.sha256(layer).hexdigest() in held, held
+    image.delete()
+    assert blob_files(daemon) - before == set(), "image rm leaves no blob of its own"
+
+    broken = tar_layer({"data/big": bytes(range(256)) * 4096})
+    layout, _ = oci_layout(workdir / "blobs-broken", [base_layer, broken], {}, ARCH)
+    registry.push(layout, "blobs/broken:1")
+    blob = registry.blob_path("sha256:" + hashlib.sha256(broken).hexdigest())
+    blob.write_bytes(blob.read_bytes()[: len(broken) // 2])
+    with pytest.raises(SandforkError):
+        Image.pull(f"{registry.host}/blobs/broken:1")
+    assert blob_files(daemon) - before == set(), "a failed pull leaves no blob"
+
+
+def test_a_pull_out_of_host_space_while_unpacking_is_insufficient_storage(registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    """A pull whose blobs fit but whose unpacked layer does not: 507 insufficient_storage,
+    logged, no image, and the daemon's disk back to what it was."""
+    from _smallfs import MIB, small_fs
+
+    from sandfork import Image
+
+    big = tar_layer({"data/big": os.urandom(40 * MIB)})
+    layout, _ = oci_layout(workdir / "big", [base_layer, big], {}, ARCH)
+    registry.push(layout, "space/big:1")
+    binary = daemon_binary()
+    if binary is None or not implements_serve(binary):
+        pytest.skip("the sandfork daemon is not built")
+    with small_fs(512) as fs:
+        d = start_daemon(binary, ["--insecure-registry", registry.host, "--pool-size", "0"], root=fs.mnt.parent)
+        try:
+            wait_healthy(d)
+            c = Client(url=d.url, token=d.token or "")
+            # Room for the compressed blob and the base, not for the unpacked big layer.
+            fs.fill(leave=70 * MIB)
+            with pytest.raises(SandforkError) as e:
+                Image.pull(f"{registry.host}/space/big:1", client=c)
+            # The answer streams progress, so the error comes in the stream, not as a status.
+            assert e.value.code == "insufficient_storage", e.value
+            assert "space" in str(e.value).lower(), e.value
+            assert "out of host disk space" in d.log.read_text(errors="replace"), d.log_tail()
+            assert f"{registry.host}/space/big:1" not in [i.name for i in Image.list(client=c)]
+            # Once more, with what the first attempt left: never an image that lost writes.
+            with pytest.raises(SandforkError) as e:
+                Image.pull(f"{registry.host}/space/big:1", client=c)
+            assert e.value.code == "insufficient_storage", e.value
+        finally:
+            fs.unfill()
+            problems = [p for p in tear_down(d) if p != str(fs.mnt)]
+        assert not problems, "\n".join(problems)

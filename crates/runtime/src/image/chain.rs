@@ -18,17 +18,30 @@ use sha2::{Digest, Sha256};
 use super::{ext4_size, report, unpack, BuildDir, Images, ProgressFn};
 use crate::error::{Error, IoContext, Result};
 
-/// A failed unpack or seal on a disk whose server found the host out of space fails in
-/// the guest filesystem as an I/O error (or a freeze's): named as what it is instead.
-fn out_of_space_or(mounted: &disk::MountedDisk, e: Error) -> Error {
-    if e.is_storage_full() || !mounted.stats().is_ok_and(|s| s.io.no_space > 0) {
-        return e;
+/// What an unpack and seal on `mounted` made, judged by its disk server too: a write the
+/// host had no room for fails inside the guest filesystem as an I/O error (or a freeze's,
+/// or not at all when the filesystem only logs it), so a layer whose disk lost any write
+/// is refused, as out of space when that is why.
+fn writes_kept(
+    mounted: &disk::MountedDisk,
+    sealed: Result<blockstore::LayerId>,
+) -> Result<blockstore::LayerId> {
+    let io = mounted.stats().map(|s| s.io).unwrap_or_default();
+    if io.no_space > 0 {
+        let why = sealed.err().map_or_else(String::new, |e| format!(": {e}"));
+        tracing::warn!("unpacking an image layer ran out of host disk space{why}");
+        return Err(Error::io(
+            mounted.spec().store.clone(),
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        ));
     }
-    tracing::warn!(error = %e, "unpacking an image layer ran out of host disk space");
-    Error::io(
-        mounted.spec().store.clone(),
-        std::io::Error::from_raw_os_error(libc::ENOSPC),
-    )
+    if io.errors > 0 && sealed.is_ok() {
+        return Err(Error::Image(format!(
+            "{} write(s) to the disk of an image layer failed",
+            io.errors
+        )));
+    }
+    sealed
 }
 
 fn disk_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
@@ -192,8 +205,8 @@ impl Images {
                     layer: layer.into(),
                     source,
                 })
-                .and_then(|()| mounted.seal().map_err(disk_err))
-                .map_err(|e| out_of_space_or(&mounted, e));
+                .and_then(|()| mounted.seal().map_err(disk_err));
+            let sealed = writes_kept(&mounted, sealed);
             let down = mounted.teardown().map_err(disk_err);
             let id = sealed?;
             down?;
