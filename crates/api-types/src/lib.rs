@@ -22,7 +22,7 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkRequest {
-    /// `none` (loopback only) or `internet` (egress through the host).
+    /// `internet` (egress through the host, the default) or `none` (loopback only).
     #[serde(default)]
     pub mode: NetworkModeName,
     /// The only destinations allowed, when not empty: IPv4 addresses, CIDRs, hostnames
@@ -45,14 +45,20 @@ pub enum OnTimeout {
     Suspend,
 }
 
-/// Network mode names.
+/// Network mode names. A new sandbox gets `internet` unless told otherwise (egress to the
+/// host's guarded ranges stays refused; see docs/SECURITY.md).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NetworkModeName {
-    #[default]
     None,
+    #[default]
     Internet,
 }
+
+/// CPU cores of a new sandbox unless told otherwise (every client leaves it to the daemon).
+pub const DEFAULT_CPUS: f64 = 1.0;
+/// Memory limit, in MiB, of a new sandbox unless told otherwise.
+pub const DEFAULT_MEMORY_MB: u64 = 512;
 
 /// `POST /v1/sandboxes`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -233,7 +233,7 @@ pub struct SandboxOpts {
     /// Environment variable K=V (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     pub env: Vec<String>,
-    /// Network access: loopback only, or egress to the internet.
+    /// Network access: egress to the internet (the default), or loopback only.
     #[arg(long, value_parser = ["none", "internet"])]
     pub network: Option<String>,
     /// Allow only these destinations: IPv4 address, CIDR, hostname or *.wildcard

@@ -228,7 +228,7 @@ fn a_sandbox_is_renamed_relabelled_and_its_egress_changed() {
     let d = TestDaemon::start();
     let c = d.client();
     let a = d.create(json!({"allow_internet_access": true}));
-    let b = d.create(json!({"name": "taken"}));
+    let b = d.create(json!({"name": "taken", "network": {"mode": "none"}}));
     let path = format!("/v1/sandboxes/{a}");
     let (s, v) = c.json(
         Method::PATCH,

@@ -162,7 +162,7 @@ fn request_errors_have_the_right_status() {
     let (s, v) = c.json(
         Method::POST,
         "/v1/sandboxes",
-        Some(json!({"deny_out": ["10.0.0.0/8"]})),
+        Some(json!({"network": {"mode": "none"}, "deny_out": ["10.0.0.0/8"]})),
     );
     assert_error(s, &v, 422, "unsupported");
     let (s, v) = c.json(

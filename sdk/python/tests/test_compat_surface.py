@@ -103,7 +103,7 @@ def test_create_signature_matches() -> None:
              "file_systems", "api_key", "api_url", "organization_id", "project_id", "namespace", "gpu"]  # fmt: skip
     _prefix(sandfork.Sandbox.create, names)
     params = {p[0]: p for p in _params(sandfork.Sandbox.create)}
-    assert (params["cpus"][1], params["memory_mb"][1], params["allow_internet_access"][1]) == (1.0, 1024, True)
+    assert (params["cpus"][1], params["memory_mb"][1], params["allow_internet_access"][1]) == (1.0, 512, True)
     assert all(params[n][2] == inspect.Parameter.POSITIONAL_OR_KEYWORD for n in names)
     assert all(p[2] == inspect.Parameter.KEYWORD_ONLY for p in _params(sandfork.Sandbox.create)[len(names):]), "sandfork's extras are keyword-only"
 

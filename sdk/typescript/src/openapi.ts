@@ -1334,7 +1334,8 @@ export interface components {
             path: string;
         };
         /**
-         * @description Network mode names.
+         * @description Network mode names. A new sandbox gets `internet` unless told otherwise (egress to the
+         *     host's guarded ranges stays refused; see docs/SECURITY.md).
          * @enum {string}
          */
         NetworkModeName: "none" | "internet";
@@ -1347,7 +1348,7 @@ export interface components {
             allow_out?: string[];
             /** @description Destinations denied (wins over `allow_out`), in the same forms. */
             deny_out?: string[];
-            /** @description `none` (loopback only) or `internet` (egress through the host). */
+            /** @description `internet` (egress through the host, the default) or `none` (loopback only). */
             mode?: components["schemas"]["NetworkModeName"];
         };
         /** @description A sandbox's network as reported. */

@@ -571,7 +571,10 @@ mod tests {
         let (_f, fs) = full_fs(3, true);
         let mut data = vec![7u8; 4096];
         let r = fs.handle(&header(op::WRITE, FILE_ID), &args(&[0, 0, 4096]), &mut data);
-        assert!(matches!(r, Reply::Body(_)), "the write succeeds once there is space");
+        assert!(
+            matches!(r, Reply::Body(_)),
+            "the write succeeds once there is space"
+        );
         let c = fs.stats.snapshot();
         assert_eq!((c.no_space, c.held_writes, c.errors), (1, 0, 0));
         let mut back = vec![0u8; 4096];

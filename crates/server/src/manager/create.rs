@@ -186,8 +186,8 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
     let boot = BootSpec {
         id: id.to_string(),
         image: image.clone(),
-        cpus: req.cpus.unwrap_or(1.0),
-        memory_mb: req.memory_mb.unwrap_or(512),
+        cpus: req.cpus.unwrap_or(api_types::DEFAULT_CPUS),
+        memory_mb: req.memory_mb.unwrap_or(api_types::DEFAULT_MEMORY_MB),
         disk_mb: req.disk_mb.unwrap_or(0),
         env: req.env.clone(),
         secrets: req.secrets.clone(),
@@ -509,6 +509,7 @@ mod tests {
             assert_eq!(validate(&req).unwrap_err().status_code().0, 400, "{req:?}");
         }
         let deny_without_net = CreateSandbox {
+            allow_internet_access: Some(false),
             deny_out: Some(vec!["10.0.0.0/8".into()]),
             ..Default::default()
         };

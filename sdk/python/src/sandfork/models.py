@@ -786,7 +786,7 @@ class SandboxInfo(TracedMixin):
     namespace: str = "default"
     status: Union[SandboxStatus, str] = SandboxStatus.PENDING
     image: Optional[str] = None
-    resources: ContainerResourcesInfo = field(default_factory=lambda: ContainerResourcesInfo(1.0, 1024, 0))
+    resources: ContainerResourcesInfo = field(default_factory=lambda: ContainerResourcesInfo(1.0, 512, 0))
     timeout_secs: Optional[int] = None
     entrypoint: Optional[List[str]] = None
     network: Optional[NetworkConfig] = None
@@ -1125,7 +1125,7 @@ class CreateSandboxResources:
     """Resources of a create request."""
 
     cpus: float = 1.0
-    memory_mb: int = 1024
+    memory_mb: int = 512
     disk_mb: Optional[int] = None
     gpus: Optional[List[GpuRequest]] = None
 

@@ -81,7 +81,7 @@ ProgressCallback = Callable[[str], Any]
 log = logging.getLogger("sandfork")
 
 DEFAULT_CPUS = 1.0
-DEFAULT_MEMORY_MB = 1024
+DEFAULT_MEMORY_MB = 512  # the daemon's own default (docs/api.md, "Defaults")
 DEFAULT_STARTUP_TIMEOUT = 300.0
 
 # Tensorlake's own endpoints: an api_url naming one of them means "the default daemon".
@@ -376,7 +376,7 @@ class Sandbox(FilesMixin):
                 A built-in image (``busybox``, ``debian``, ``python``) is built
                 on first use; progress goes to ``on_progress``.
             cpus: CPU cores (default 1.0).
-            memory_mb: Memory limit in MiB (default 1024).
+            memory_mb: Memory limit in MiB (default 512).
             disk_mb: Root disk size in MiB (default: the image's size).
             timeout_secs: Idle seconds (no request touching the sandbox) before
                 ``on_timeout``; ``None`` or 0: never. See :meth:`set_timeout`.
