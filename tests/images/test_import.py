@@ -152,3 +152,33 @@ def test_async_images_export_and_import(daemon, workdir: Path) -> None:
         Snapshot.get(snap.snapshot_id).delete()
 
     asyncio.run(go())
+
+
+def test_an_exported_image_imports_back_under_its_own_name(daemon, workdir: Path) -> None:
+    """Both archive formats round-trip without naming the image again, and an image is
+    removed by name from the class (``Image.delete("app")``)."""
+    with Sandbox.create(image="busybox") as sb:
+        sb.run("sh", ["-c", "echo named > /mark && sync"])
+        snap = sb.checkpoint()
+    image = Image.from_snapshot(snap.snapshot_id, "named-app")
+    from sandfork import Snapshot
+
+    Snapshot.delete(snap.snapshot_id)
+    for fmt in ("oci-archive", "docker-archive"):
+        path = workdir / f"named.{fmt}.tar"
+        image.export(path, format=fmt)
+        Image.delete("named-app")
+        assert "named-app" not in [i.name for i in Image.list()]
+        back = Image.import_(path)
+        # An oci-archive keeps the name as it was; a docker-archive's RepoTags are a
+        # tagged reference (named-app:latest), imported under its canonical form.
+        want = "named-app" if fmt == "oci-archive" else "docker.io/library/named-app:latest"
+        assert back.name == want, (fmt, back.name)
+        with Sandbox.create(image=back.name) as sb:
+            assert sb.run("cat", ["/mark"]).stdout.strip() == "named"
+        if back.name != "named-app":
+            Image.delete(back.name)
+            image = Image.import_(path, "named-app")
+        else:
+            image = back
+    Image.delete("named-app")

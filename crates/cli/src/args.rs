@@ -5,13 +5,13 @@ use clap::Subcommand;
 /// The flags every client verb takes (the binary flattens them into its own arguments).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
-    /// Print machine-readable JSON instead of tables.
+    /// Print machine-readable JSON instead of tables (client verbs).
     #[arg(long, global = true)]
     pub json: bool,
-    /// Daemon address: unix:///path/to.sock or http://host:port.
+    /// Daemon address: unix:///path/to.sock or http://host:port (client verbs).
     #[arg(long, global = true, env = "SANDFORK_URL")]
     pub url: Option<String>,
-    /// Bearer token for a TCP daemon.
+    /// Bearer token for a TCP daemon (client verbs).
     #[arg(long, global = true, env = "SANDFORK_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 }
@@ -31,7 +31,10 @@ pub enum Command {
     },
     /// Show what running sandboxes use: CPU (over half a second), memory, processes,
     /// disk, network. Without ids: every running sandbox.
-    Stats { ids: Vec<String> },
+    Stats {
+        /// Sandbox ids or names.
+        ids: Vec<String>,
+    },
     /// Follow what happens to sandboxes (created, forked, started, checkpointed, suspended,
     /// resumed, terminated, failed, oom), one line each.
     Events {
@@ -48,6 +51,7 @@ pub enum Command {
     /// An interactive terminal in a sandbox (a login shell, or COMMAND); exits with its
     /// exit code. The session survives checkpoints: it reconnects where it left off.
     Shell {
+        /// Sandbox id or name.
         id: String,
         /// Attach to a running terminal session (its pid) instead of starting one.
         #[arg(long, value_name = "PID", conflicts_with = "command")]
@@ -58,6 +62,7 @@ pub enum Command {
     },
     /// Print the sandbox log: what its background processes write, line by line.
     Logs {
+        /// Sandbox id or name.
         id: String,
         /// Keep printing new lines (until interrupted).
         #[arg(short, long)]
@@ -71,7 +76,9 @@ pub enum Command {
     },
     /// Print changes under a directory of a sandbox as they happen (until interrupted).
     Watch {
+        /// Sandbox id or name.
         id: String,
+        /// Absolute path inside the sandbox.
         path: String,
         /// The directories under it too.
         #[arg(short, long)]
@@ -80,7 +87,9 @@ pub enum Command {
     /// How to reach a port of a sandbox through the daemon's gateway: a signed URL path,
     /// the host name for host-based routing, and the sandbox's access token.
     Url {
+        /// Sandbox id or name.
         id: String,
+        /// Port inside the sandbox.
         port: u16,
         /// Seconds the signed URL works.
         #[arg(long, default_value_t = 3600)]
@@ -88,7 +97,9 @@ pub enum Command {
     },
     /// Set a sandbox's idle timeout, counted from now (0 = never).
     Timeout {
+        /// Sandbox id or name.
         id: String,
+        /// Idle seconds (0 = never).
         secs: u64,
         /// What the timeout does.
         #[arg(long, value_parser = ["terminate", "suspend"])]
@@ -96,6 +107,7 @@ pub enum Command {
     },
     /// Show or replace a running sandbox's egress lists, live (no restart).
     Network {
+        /// Sandbox id or name.
         id: String,
         /// Replace the allow list with these (repeatable; IPv4 address, CIDR, hostname
         /// or *.wildcard).
@@ -113,6 +125,7 @@ pub enum Command {
     },
     /// Set (K=V) and remove (--rm K) labels of a sandbox in one step.
     Label {
+        /// Sandbox id or name.
         id: String,
         #[arg(value_name = "K=V")]
         set: Vec<String>,
@@ -120,7 +133,10 @@ pub enum Command {
         remove: Vec<String>,
     },
     /// Show one sandbox.
-    Inspect { id: String },
+    Inspect {
+        /// Sandbox id or name.
+        id: String,
+    },
     /// Run a command in a fresh sandbox, stream its output, exit with its code, clean up.
     Run(RunArgs),
     /// Run a command in a running sandbox and exit with its code.
@@ -130,6 +146,7 @@ pub enum Command {
     Cp { src: String, dst: String },
     /// Terminate sandboxes.
     Rm {
+        /// Sandbox ids or names.
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -141,6 +158,7 @@ pub enum Command {
     Volume(VolumeCommand),
     /// Checkpoint a running sandbox into a snapshot and print its id.
     Checkpoint {
+        /// Sandbox id or name.
         id: String,
         /// Capture memory and processes too (warm restores).
         #[arg(long)]
@@ -153,11 +171,13 @@ pub enum Command {
     Fork(ForkArgs),
     /// Suspend named sandboxes (memory checkpoint, then stop).
     Suspend {
+        /// Sandbox ids or names.
         #[arg(required = true)]
         ids: Vec<String>,
     },
     /// Resume suspended sandboxes.
     Resume {
+        /// Sandbox ids or names.
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -197,6 +217,7 @@ pub enum SnapshotCommand {
     },
     /// Delete snapshots (sandboxes started from them keep working).
     Rm {
+        /// Snapshot ids.
         #[arg(required = true)]
         ids: Vec<String>,
         /// Out of the cluster's object store too, so no node restores them again.
@@ -206,13 +227,29 @@ pub enum SnapshotCommand {
     /// Put snapshots in the daemon's object store (any node then restores them); waits
     /// until each is there.
     Publish {
+        /// Snapshot ids.
         #[arg(required = true)]
         ids: Vec<String>,
     },
     /// Write a snapshot to one file.
-    Export { id: String, file: String },
+    Export {
+        /// Snapshot id.
+        id: String,
+        /// The file to write (`-o` as `image export` takes it, or as a second argument).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<String>,
+        #[arg(
+            hide = true,
+            required_unless_present = "output",
+            conflicts_with = "output"
+        )]
+        file: Option<String>,
+    },
     /// Import a snapshot file (checksums verified) and print its id.
-    Import { file: String },
+    Import {
+        /// The snapshot file (`-`: stdin).
+        file: String,
+    },
 }
 
 /// Resources and settings of a new sandbox.
@@ -276,6 +313,7 @@ pub struct RunArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ExecArgs {
+    /// Sandbox id or name.
     pub id: String,
     /// Environment variable K=V for the command (repeatable).
     #[arg(long = "env", value_name = "K=V")]
@@ -286,6 +324,11 @@ pub struct ExecArgs {
     /// Kill the command after this many seconds.
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// Start it in the background (a process of the sandbox: `sandfork logs ID -f`
+    /// follows its output) and print its pid.
+    #[arg(long, short = 'd')]
+    pub detach: bool,
+    /// The command and its arguments, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
@@ -294,6 +337,7 @@ pub struct ExecArgs {
 pub enum VolumeCommand {
     /// Create a volume.
     Create {
+        /// Volume name.
         name: String,
         /// Size limit in MiB (default 1024; sparse: room not written costs nothing).
         #[arg(long)]
@@ -302,9 +346,13 @@ pub enum VolumeCommand {
     /// List volumes.
     Ls,
     /// Show a volume: size, bytes in use, the sandboxes that mount it.
-    Inspect { name: String },
+    Inspect {
+        /// Volume name.
+        name: String,
+    },
     /// Delete volumes and their data (refused while a sandbox mounts one).
     Rm {
+        /// Volume names.
         #[arg(required = true)]
         names: Vec<String>,
     },
@@ -339,6 +387,7 @@ pub enum ImageCommand {
     /// Pull an image from an OCI registry (`python:3.12-slim`, `host:5000/team/app:v1`,
     /// `…@sha256:…`); it is recorded under its canonical reference.
     Pull {
+        /// Registry reference, e.g. registry.example/app:1 (docker.io when no host is named).
         reference: String,
         /// Registry user (basic auth; the registry's token flow runs with it). Without
         /// it, the daemon's Docker config file's credentials, else anonymous.
@@ -351,6 +400,7 @@ pub enum ImageCommand {
     /// Import an image archive: `docker save` output (docker-archive), an oci-archive, or
     /// an OCI layout directory; `-` reads the archive from stdin.
     Import {
+        /// A docker-archive, oci-archive or OCI layout directory (`-`: an archive on stdin).
         source: String,
         /// Name of the image (default: the name the archive gives it).
         #[arg(short = 't', long = "tag")]
@@ -359,6 +409,7 @@ pub enum ImageCommand {
     /// Export an image: an oci-archive (`podman load`, `skopeo copy oci-archive:FILE …`),
     /// a docker-archive (`docker load`) or an OCI layout directory.
     Export {
+        /// Image name.
         name: String,
         /// The archive (or, with --format oci, the directory) to write.
         #[arg(short = 'o', long = "output")]
@@ -368,7 +419,9 @@ pub enum ImageCommand {
     },
     /// Push an image to an OCI registry as `reference`.
     Push {
+        /// Image name.
         name: String,
+        /// Registry reference, e.g. registry.example/app:1 (docker.io when no host is named).
         reference: String,
         #[arg(long, requires = "password_stdin")]
         username: Option<String>,
@@ -377,14 +430,23 @@ pub enum ImageCommand {
         password_stdin: bool,
     },
     /// Make an image of a snapshot's disk: a template that outlives the snapshot.
-    FromSnapshot { snapshot: String, name: String },
+    FromSnapshot {
+        /// Snapshot id.
+        snapshot: String,
+        /// Name of the new image.
+        name: String,
+    },
     /// List images.
     Ls,
     /// Show an image: its config (env, working directory, user, entrypoint, command,
     /// ports, labels) and where it came from.
-    Inspect { name: String },
+    Inspect {
+        /// Image name.
+        name: String,
+    },
     /// Remove images.
     Rm {
+        /// Image names.
         #[arg(required = true)]
         names: Vec<String>,
     },

@@ -35,6 +35,10 @@ pub use fsck::check_layer;
 pub use layers::{defaults_of, import_oci_layout, import_tarball, unpack_layers};
 pub use unpack::UnpackError;
 
+/// The index annotation naming an exported image as sandfork knows it (`app`, which an OCI
+/// `ref.name` cannot tell from a tag), so an oci-archive imports back under its name.
+pub const NAME_ANNOTATION: &str = "io.sandfork.image.name";
+
 /// Image metadata, stored as `<images dir>/<name>.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -10,20 +10,28 @@ pub struct ServeArgs {
     /// TOML config file (keys as in the flags, with underscores).
     #[arg(long)]
     pub config: Option<std::path::PathBuf>,
+    /// Data directory: state, images, snapshots, sandboxes (default /var/lib/sandfork).
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
     /// Unix socket path (default <data-dir>/sandfork.sock).
     #[arg(long)]
     pub socket: Option<std::path::PathBuf>,
-    /// Also listen on TCP (needs --token-file; loopback only unless --allow-remote).
+    /// Also listen on TCP, e.g. 127.0.0.1:7070 (loopback only unless --allow-remote); its
+    /// clients and the console at /ui/ need the token.
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
+    /// File holding the TCP listener's token (default <data-dir>/api.token, made with a
+    /// random token on first use).
     #[arg(long)]
     pub token_file: Option<std::path::PathBuf>,
+    /// Allow --listen on a non-loopback address (then with TLS, see --tls-cert).
     #[arg(long)]
     pub allow_remote: bool,
+    /// Most sandboxes alive at once (default 256).
     #[arg(long)]
     pub max_sandboxes: Option<u32>,
+    /// Memory limits summed over live sandboxes may reach this, in MiB (default: twice
+    /// the host's memory).
     #[arg(long)]
     pub max_memory_mb: Option<u64>,
     /// Image of sandboxes created without one (default python).
@@ -142,9 +150,12 @@ fn object_store_flags(
 
 pub fn init_logs() {
     let filter = EnvFilter::try_from_env("SANDFORK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only for a terminal: a redirected log stays plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .try_init();
 }
 

@@ -35,9 +35,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Unix socket path; default `<data_dir>/sandfork.sock`.
     pub socket: Option<PathBuf>,
-    /// Optional TCP listener (requires `token_file`).
+    /// Optional TCP listener; its clients need the token.
     pub listen: Option<SocketAddr>,
-    /// File holding the bearer token for the TCP listener.
+    /// File holding the bearer token for the TCP listener; default
+    /// `<data_dir>/api.token`, made with a random token on first use.
     pub token_file: Option<PathBuf>,
     /// Allow `listen` on a non-loopback address (with TLS, unless `allow_insecure_remote`).
     pub allow_remote: bool,
@@ -240,9 +241,6 @@ impl Config {
     /// Checks combinations a single field cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(addr) = self.listen {
-            if self.token_file.is_none() {
-                return Err(ConfigError::Invalid("listen requires token_file".into()));
-            }
             if !addr.ip().is_loopback() && !self.allow_remote {
                 return Err(ConfigError::Invalid(format!(
                     "listen address {addr} is not loopback (set allow_remote to permit it)"
@@ -340,11 +338,24 @@ impl Config {
             .collect()
     }
 
-    /// Reads the bearer token (trimmed); an empty token is refused.
+    /// The file of the TCP listener's token, if there is a listener or a token file.
+    pub fn token_path(&self) -> Option<PathBuf> {
+        self.token_file.clone().or_else(|| {
+            self.listen
+                .map(|_| self.data_dir.join(GENERATED_TOKEN_FILE))
+        })
+    }
+
+    /// Reads the bearer token (trimmed); an empty token is refused. Without a
+    /// `token_file`, a listener's token is `<data_dir>/api.token`, made (0600, a random
+    /// 256-bit token) when missing.
     pub fn read_token(&self) -> Result<Option<String>, ConfigError> {
-        let Some(path) = &self.token_file else {
+        let Some(path) = &self.token_path() else {
             return Ok(None);
         };
+        if self.token_file.is_none() && !path.exists() {
+            make_token_file(path)?;
+        }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.clone(),
             source,
@@ -358,6 +369,28 @@ impl Config {
         }
         Ok(Some(token))
     }
+}
+
+/// The listener's token file in the data directory when none is configured.
+pub const GENERATED_TOKEN_FILE: &str = "api.token";
+
+fn make_token_file(path: &std::path::Path) -> Result<(), ConfigError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes =
+        model::ids::random_bytes::<32>().map_err(|e| err(std::io::Error::other(e.to_string())))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| writeln!(f, "{token}"))
+        .map_err(err)
 }
 
 #[cfg(test)]
@@ -393,11 +426,23 @@ mod tests {
 
     #[test]
     fn listen_needs_token_and_loopback() {
+        let dir = tempfile::tempdir().unwrap();
         let mut c = Config {
             listen: Some("127.0.0.1:9000".parse().unwrap()),
+            data_dir: dir.path().into(),
             ..Config::default()
         };
-        assert!(c.validate().is_err());
+        assert!(c.validate().is_ok());
+        // No token file given: one is made, private, and kept across starts.
+        let token = c.read_token().unwrap().unwrap();
+        assert_eq!(token.len(), 64);
+        let file = dir.path().join(GENERATED_TOKEN_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(c.read_token().unwrap().unwrap(), token);
         c.token_file = Some("/tmp/t".into());
         assert!(c.validate().is_ok());
         c.listen = Some("0.0.0.0:9000".parse().unwrap());

@@ -64,8 +64,8 @@ impl Daemon {
     /// Prepares the data dir, opens the state, recovers sandboxes and binds the listeners.
     pub async fn start(config: Config, backend: Arc<dyn Backend>) -> Result<Daemon, DaemonError> {
         config.validate()?;
-        let token = config.read_token()?.map(Token::new);
         private_dir(&config.data_dir)?;
+        let token = config.read_token()?.map(Token::new);
         let db = config.data_dir.join("state.db");
         // SQLite gives its -wal and -shm files the database's mode: 0600 for all three
         // (the state holds sandboxes' secrets).
@@ -131,6 +131,11 @@ impl Daemon {
         let unix_app = api::router(self.manager.clone(), None);
         let unix = tokio::spawn(listen::serve(self.unix, unix_app, limits, None, rx.clone()));
         let tcp = self.tcp.map(|(listener, token, tls)| {
+            if let Ok(addr) = listener.local_addr() {
+                let scheme = if tls.is_some() { "https" } else { "http" };
+                let token = config.token_path().unwrap_or_default();
+                tracing::info!(url = %format!("{scheme}://{addr}"), console = %format!("{scheme}://{addr}/ui/"), token_file = %token.display(), "serving over TCP");
+            }
             let app = api::router(self.manager.clone(), Some(token));
             tokio::spawn(listen::serve(listener, app, limits, tls, rx.clone()))
         });

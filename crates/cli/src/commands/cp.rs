@@ -31,7 +31,10 @@ pub fn side(s: &str) -> Side<'_> {
 
 pub async fn copy(client: &Client, src: &str, dst: &str) -> Result<i32> {
     match (side(src), side(dst)) {
-        (Side::Host(h), Side::Sandbox { id, path }) => upload(client, h, id, path).await?,
+        (Side::Host(h), Side::Sandbox { id, path }) => {
+            let path = upload_target(client, h, id, path).await?;
+            upload(client, h, id, &path).await?
+        }
         (Side::Sandbox { id, path }, Side::Host(h)) => download(client, id, path, h).await?,
         (Side::Host(_), Side::Host(_)) => bail!("one side of cp must be ID:/path"),
         (Side::Sandbox { .. }, Side::Sandbox { .. }) => {
@@ -39,6 +42,34 @@ pub async fn copy(client: &Client, src: &str, dst: &str) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Where an upload of host file `host` to `path` goes: into `path` when it names a
+/// directory (ends in `/`, or is one in the sandbox), keeping the file's name, as `cp` does.
+async fn upload_target(client: &Client, host: &str, id: &str, path: &str) -> Result<String> {
+    let dir = path.ends_with('/') || is_dir(client, id, path).await;
+    if !dir {
+        return Ok(path.to_string());
+    }
+    let Some(name) = Path::new(host).file_name().filter(|_| host != "-") else {
+        bail!("{path} is a directory: name the file to write stdin to");
+    };
+    Ok(format!(
+        "{}/{}",
+        path.trim_end_matches('/'),
+        name.to_string_lossy()
+    ))
+}
+
+/// Whether `path` is a directory in the sandbox (false when it does not exist).
+async fn is_dir(client: &Client, id: &str, path: &str) -> bool {
+    let url = format!(
+        "/v1/sandboxes/{}/files/stat?path={}",
+        encode(id),
+        encode(path)
+    );
+    let stat: Result<serde_json::Value> = client.json(Method::GET, &url, None::<&()>).await;
+    stat.is_ok_and(|s| s["type"] == "dir")
 }
 
 async fn open(host: &str) -> Result<Box<dyn AsyncRead + Send + Sync + Unpin>> {

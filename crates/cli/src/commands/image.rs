@@ -99,6 +99,40 @@ pub async fn image(client: &Client, cmd: ImageCommand, json: bool) -> Result<i32
     }
 }
 
+/// Progress on a stderr that is no terminal (a spinner there draws nothing): a line when
+/// the stage changes, else at most one a second, so a long build is never silent and a
+/// chatty step (apt's percentages) is not hundreds of lines.
+struct PlainProgress {
+    on: bool,
+    stage: String,
+    shown: Option<std::time::Instant>,
+}
+
+impl PlainProgress {
+    fn new() -> Self {
+        PlainProgress {
+            on: !std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            stage: String::new(),
+            shown: None,
+        }
+    }
+
+    fn show(&mut self, msg: &str) {
+        if !self.on || msg.is_empty() {
+            return;
+        }
+        let stage = msg.split(':').next().unwrap_or_default();
+        let due = self
+            .shown
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+        if stage != self.stage || due {
+            eprintln!("{msg}");
+            self.stage = stage.to_string();
+            self.shown = Some(std::time::Instant::now());
+        }
+    }
+}
+
 fn spinner(json: bool) -> ProgressBar {
     if json {
         return ProgressBar::hidden();
@@ -292,9 +326,14 @@ async fn follow_build(
     bar: ProgressBar,
 ) -> Result<Value> {
     let mut lines = Lines::new(resp);
+    let mut plain = PlainProgress::new();
     while let Some(ev) = lines.next().await? {
         match ev["type"].as_str() {
-            Some("progress") => bar.set_message(output::field(&ev, "message")),
+            Some("progress") => {
+                let msg = output::field(&ev, "message");
+                plain.show(&msg);
+                bar.set_message(msg);
+            }
             Some("done") => {
                 bar.finish_and_clear();
                 return Ok(ev["image"].clone());

@@ -99,7 +99,25 @@ async fn exec_in(client: &Client, id: &str, body: Value, json: bool) -> Result<i
 
 pub async fn exec(client: &Client, e: ExecArgs, json: bool) -> Result<i32> {
     let body = exec_body(&e.command, &e.env, e.workdir, e.timeout)?;
+    if e.detach {
+        return spawn(client, &e.id, &body, json).await;
+    }
     exec_in(client, &e.id, body, json).await
+}
+
+/// Starts a background process; prints its pid (or, with `--json`, its record).
+async fn spawn(client: &Client, id: &str, body: &Value, json: bool) -> Result<i32> {
+    let path = format!(
+        "/v1/sandboxes/{}/processes",
+        crate::client::encode_segment(id)
+    );
+    let proc: Value = client.json(Method::POST, &path, Some(body)).await?;
+    if json {
+        crate::output::json(&proc);
+    } else {
+        println!("{}", crate::output::field(&proc, "pid"));
+    }
+    Ok(0)
 }
 
 /// What an image starts when given no command: its entrypoint, then its command.

@@ -133,7 +133,10 @@ pub async fn snapshot(client: &Client, c: SnapshotCommand, json: bool) -> Result
             }
             Ok(0)
         }
-        SnapshotCommand::Export { id, file } => export(client, &id, &file).await,
+        SnapshotCommand::Export { id, output, file } => {
+            let file = output.or(file).unwrap_or_default();
+            export(client, &id, &file).await
+        }
         SnapshotCommand::Import { file } => import(client, &file, json).await,
     }
 }

@@ -163,11 +163,16 @@ fn read_oci(dir: &Path) -> Result<ArchiveImage> {
         .find(|d| d.platform.is_none() || host_platform(d))
         .cloned()
         .ok_or_else(|| bad("index.json lists no image for this platform"))?;
-    let name = top
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("org.opencontainers.image.ref.name"))
-        .filter(|n| n.contains(['/', ':']))
+    // sandfork's own name annotation first (any image name, `app` too); else a `ref.name`
+    // that is a full reference (one that is only a tag, `1.0`, names nothing).
+    let annotations = top.annotations.as_ref();
+    let name = annotations
+        .and_then(|a| a.get(super::NAME_ANNOTATION))
+        .or_else(|| {
+            annotations
+                .and_then(|a| a.get("org.opencontainers.image.ref.name"))
+                .filter(|n| n.contains(['/', ':']))
+        })
         .cloned();
     let mut entry = top;
     // A nested index (a multi-platform image): the host's platform from it.

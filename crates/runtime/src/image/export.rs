@@ -13,7 +13,7 @@ use flate2::write::GzEncoder;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{BuildDir, ImageMeta, Images};
+use super::{BuildDir, ImageMeta, Images, NAME_ANNOTATION};
 use crate::error::{Error, IoContext, Result};
 
 /// An exported image: its layer (a gzip tar) and config as blobs, ready to write as an
@@ -262,7 +262,8 @@ impl Exported {
             "schemaVersion": 2,
             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "digest": manifest_digest, "size": manifest.len(),
-                           "annotations": {"org.opencontainers.image.ref.name": reference}}],
+                           "annotations": {"org.opencontainers.image.ref.name": reference,
+                                           NAME_ANNOTATION: reference}}],
         });
         let p = dir.join("index.json");
         std::fs::write(&p, serde_json::to_vec(&index).expect("serialises")).at(&p)?;

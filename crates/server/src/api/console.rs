@@ -12,6 +12,8 @@ use super::AppState;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
+        // A browser sent to the daemon's address lands on the console.
+        .route("/", get(|| async { Redirect::temporary("/ui/") }))
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(|| async { file("") }))
         .route(

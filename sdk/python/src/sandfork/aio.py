@@ -30,6 +30,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Generator, Ite
 
 from . import errors
 from ._files import CHUNK_SIZE, PathLike
+from ._hybrid import hybridmethod
 from ._streams import OutputCallback, OutputStream
 from ._trace import TracedList
 from ._transport import Client
@@ -407,9 +408,14 @@ class AsyncSnapshot(SnapshotInfo):
         SnapshotInfo.__init__(self, **{name: getattr(self.sync, name) for name in _SNAPSHOT_FIELDS})
         return self
 
-    async def delete(self, *, everywhere: bool = False) -> None:
-        """Deletes the snapshot (``everywhere``: out of the object store too)."""
-        await _call(self.sync.delete, everywhere=everywhere)
+    @hybridmethod
+    async def delete(target: Any, snapshot_id: Optional[str] = None, *, everywhere: bool = False, client: Optional[Client] = None) -> None:  # noqa: N805
+        """Deletes the snapshot: ``await snap.delete()`` or ``await AsyncSnapshot.delete(snapshot_id)``
+        (``everywhere``: out of the object store too)."""
+        if isinstance(target, AsyncSnapshot):
+            await _call(target.sync.delete, everywhere=everywhere)
+        else:
+            await _call(Snapshot.delete, snapshot_id, everywhere=everywhere, client=client)
 
     async def fork(self, count: int = 1, **kwargs: Any) -> "AsyncForkResult":
         """Starts ``count`` sandboxes from the snapshot (see :meth:`Snapshot.fork`)."""
@@ -801,8 +807,13 @@ class AsyncImage:
     async def list(cls, *, client: Optional[Client] = None) -> List["AsyncImage"]:
         return [cls(i) for i in await _call(Image.list, client=client)]
 
-    async def delete(self) -> None:
-        await _call(self.sync.delete)
+    @hybridmethod
+    async def delete(target: Any, name: Optional[str] = None, *, client: Optional[Client] = None) -> None:  # noqa: N805
+        """Removes the image name: ``await image.delete()`` or ``await AsyncImage.delete("app")``."""
+        if isinstance(target, AsyncImage):
+            await _call(target.sync.delete)
+        else:
+            await _call(Image.delete, name, client=client)
 
     @classmethod
     async def build(cls, context: PathLike, name: str, **kwargs: Any) -> "AsyncImage":

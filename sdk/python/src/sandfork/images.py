@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Union  # noqa: 
 from urllib.parse import quote
 
 from . import errors
+from ._hybrid import hybridmethod
 from ._transport import Client, seg
 
 log = logging.getLogger("sandfork")
@@ -228,9 +229,16 @@ class Image:
             body.update(username=username, password=password)
         return str(self._client.request_json("POST", "/v1/images/push", json_body=body)["reference"])
 
-    def delete(self) -> None:
-        """Removes the image name (sandboxes using it keep running)."""
-        self._client.request_json("DELETE", f"/v1/images/{seg(self.name)}")
+    @hybridmethod
+    def delete(target: Any, name: Optional[str] = None, *, client: Optional[Client] = None) -> None:  # noqa: N805
+        """Removes the image name (sandboxes using it keep running): ``image.delete()`` or
+        ``Image.delete("app")``."""
+        if isinstance(target, Image):
+            target._client.request_json("DELETE", f"/v1/images/{seg(target.name)}")
+            return
+        if name is None:
+            raise TypeError("Image.delete() needs an image name when called on the class")
+        (client or Client()).request_json("DELETE", f"/v1/images/{seg(name)}")
 
 
 def _glob_regex(pattern: str) -> "re.Pattern[str]":

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Protocol, TypeVar, Union
 
 from . import errors
+from ._hybrid import hybridmethod
 from ._trace import TracedList
 from ._transport import Client, seg
 from .models import CheckpointType, CopiedSandboxResponse, SandboxInfo, SnapshotInfo
@@ -30,18 +30,6 @@ class SandboxHandle(Protocol):
 S = TypeVar("S", bound=SandboxHandle)
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-
-class _hybridmethod:
-    """A method callable on an instance (``snap.delete()``) or on the class with an
-    id as first argument (``Snapshot.delete(snapshot_id)``)."""
-
-    def __init__(self, func: Callable[..., Any]):
-        self.func = func
-        functools.update_wrapper(self, func)  # type: ignore[arg-type]
-
-    def __get__(self, obj: Any, owner: type) -> Callable[..., Any]:
-        return functools.partial(self.func, obj if obj is not None else owner)
 
 
 def fork_body(
@@ -169,7 +157,7 @@ class Snapshot(SnapshotInfo):
         query = {"everywhere": "true"} if everywhere else None
         (client or Client()).request("DELETE", f"/v1/snapshots/{seg(snapshot_id)}", query=query)
 
-    @_hybridmethod
+    @hybridmethod
     def delete(target: Any, snapshot_id: Optional[str] = None, *, everywhere: bool = False, client: Optional[Client] = None) -> None:  # noqa: N805
         """Deletes the snapshot: ``snap.delete()`` or ``Snapshot.delete(snapshot_id)``.
 
@@ -184,7 +172,7 @@ class Snapshot(SnapshotInfo):
                 raise TypeError("Snapshot.delete() needs a snapshot id when called on the class")
             target.delete_by_id(snapshot_id, everywhere=everywhere, client=client)
 
-    @_hybridmethod
+    @hybridmethod
     def fork(target: Any, *args: Any, **kwargs: Any) -> "ForkResult[Any]":  # noqa: N805
         """Starts ``count`` independent sandboxes from this snapshot in one call.
 
