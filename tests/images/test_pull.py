@@ -287,3 +287,26 @@ def test_a_pull_out_of_host_space_while_unpacking_is_insufficient_storage(regist
             fs.unfill()
             problems = [p for p in tear_down(d) if p != str(fs.mnt)]
         assert not problems, "\n".join(problems)
+
+
+def test_a_loopback_registry_needs_no_insecure_flag(registry: Registry, base_layer: bytes, workdir: Path) -> None:
+    """As Docker does, a daemon pulls from a plain-HTTP registry on 127.0.0.0/8 without
+    being told it is insecure (a TLS one on loopback stays verified: the private registry's
+    tests)."""
+    from sandfork import Image
+
+    layout, _ = oci_layout(workdir / "loop", [base_layer], {}, ARCH)
+    registry.push(layout, "loop/app:1")
+    binary = daemon_binary()
+    if binary is None or not implements_serve(binary):
+        pytest.skip("the sandfork daemon is not built")
+    d = start_daemon(binary, ["--pool-size", "0"])
+    try:
+        wait_healthy(d)
+        c = Client(url=d.url, token=d.token or "")
+        image = Image.pull(f"{registry.host}/loop/app:1", client=c)
+        assert image.name == f"{registry.host}/loop/app:1"
+        image.delete()
+    finally:
+        problems = tear_down(d)
+    assert not problems, "\n".join(problems)

@@ -688,3 +688,36 @@ def _ignore(call: Callable[[], Any]) -> None:
         call()
     except (SandforkError, OSError):
         pass
+
+
+def parked_forks(d: Daemon, keep: List[str]) -> List[str]:
+    """Containers of the daemon's data dir other than ``keep``'s (parked forks are never listed)."""
+    from _daemon import leftover_containers
+
+    return [x for x in leftover_containers(d.data_dir) if not any(k in x for k in keep)]
+
+
+@pytest.mark.fault("daemon stopped")
+def test_a_stopped_daemon_leaves_no_ready_forks(faults: Faults) -> None:
+    """SIGTERM with the pool of ready forks full (and filling): the daemon empties the pool
+    before it exits, so no frozen fork outlives it, even with its data directory gone after."""
+    d = new_daemon(pool=True)
+    try:
+        c = Client(url=d.url)
+        src = Sandbox.create(client=c, image="busybox", memory_mb=MEMORY_MB, allow_internet_access=False)
+        snap = src.checkpoint(checkpoint_type="memory")
+        Sandbox.create(client=c, snapshot_id=snap.id).terminate()  # the snapshot is hot: the pool fills
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not parked_forks(d, [src.id]):
+            time.sleep(0.1)
+        parked = parked_forks(d, [src.id])
+        d.process.terminate()
+        d.process.wait(120)
+        left = parked_forks(d, [src.id])
+        faults.injected("SIGTERM with a full pool: no ready fork left", bool(parked) and not left, f"parked before {parked}; after the stop {left}")
+        d = new_daemon(root=d.root, pool=True)
+        c = Client(url=d.url)
+        Snapshot.delete_by_id(snap.id, client=c)
+        Sandbox(src.id, client=c).terminate()
+    finally:
+        finish(d)

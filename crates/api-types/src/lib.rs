@@ -670,6 +670,10 @@ pub struct PortUrl {
     pub expires_at: String,
     /// The sandbox's ports need no token.
     pub public: bool,
+    /// Where a browser opens `path` and `signed_path`: the daemon's `public_url`, else its
+    /// TCP listener; absent for a daemon on its Unix socket alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
 }
 
 /// Query of `GET .../pty/{pid}/connect`.

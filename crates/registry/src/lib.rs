@@ -22,6 +22,8 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::{Arch, ImageConfiguration, Os};
 
+mod loopback;
+
 pub use blobs::{BlobLease, BlobStore, BlobWriter, Digest};
 pub use error::{PullError, Result};
 
@@ -136,7 +138,7 @@ impl Puller {
         let r = parse(reference)?;
         let canonical = r.to_string();
         let auth = self.auth(&r, credentials)?;
-        let client = self.client()?;
+        let client = self.client(&r).await?;
         progress(format!("resolving {canonical}"));
         let (manifest, digest, config) = client
             .pull_manifest_and_config(&r, &auth)
@@ -217,7 +219,7 @@ impl Puller {
         use oci_client::client::{Config, ImageLayer};
         let r = parse(reference)?;
         let auth = self.auth(&r, credentials)?;
-        let client = self.client()?;
+        let client = self.client(&r).await?;
         let layers = [ImageLayer::new(
             layer_gz,
             "application/vnd.oci.image.layer.v1.tar+gzip".into(),
@@ -235,8 +237,15 @@ impl Puller {
         Ok(pushed.manifest_url)
     }
 
-    /// A client for one pull: its token cache then holds only this pull's credentials.
-    fn client(&self) -> Result<Client> {
+    /// A client for one pull of `r`: its token cache then holds only this pull's
+    /// credentials. A registry on this machine's loopback that speaks plain HTTP is
+    /// reached over it, named in `insecure` or not, as Docker trusts one.
+    async fn client(&self, r: &Reference) -> Result<Client> {
+        let mut plain = self.config.insecure.clone();
+        let host = r.resolve_registry().to_string();
+        if !plain.contains(&host) && loopback::speaks_plain_http(&host).await {
+            plain.push(host);
+        }
         // reqwest's TLS runs on the process's rustls provider: ring, as the daemon's own
         // listener. Installing it again fails harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -251,10 +260,10 @@ impl Puller {
                 data,
             });
         }
-        let protocol = if self.config.insecure.is_empty() {
+        let protocol = if plain.is_empty() {
             ClientProtocol::Https
         } else {
-            ClientProtocol::HttpsExcept(self.config.insecure.clone())
+            ClientProtocol::HttpsExcept(plain)
         };
         Ok(Client::new(ClientConfig {
             protocol,

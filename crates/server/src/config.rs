@@ -123,6 +123,10 @@ pub struct Config {
     /// Pulls that name no credentials use the Docker config file's
     /// (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`).
     pub registry_docker_config: bool,
+    /// The URL browsers and remote clients reach this daemon at (behind a proxy, a tunnel
+    /// or a TLS terminator), e.g. `https://sandfork.example`; default: the TCP listener's.
+    /// Port URLs given to clients on the Unix socket start with it.
+    pub public_url: Option<String>,
     /// Host-based port routing: `{port}-{sandbox id}.<gateway_domain>` reaches the
     /// sandbox's port (point a wildcard DNS name at the daemon; `*.localhost` needs none).
     pub gateway_domain: String,
@@ -196,6 +200,7 @@ impl Default for Config {
             registry_ca: Vec::new(),
             insecure_registries: Vec::new(),
             registry_docker_config: true,
+            public_url: None,
             gateway_domain: "localhost".into(),
             gateway_connections_per_sandbox: 256,
             dns_upstreams: Vec::new(),

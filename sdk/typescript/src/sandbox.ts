@@ -250,6 +250,7 @@ export class Sandbox {
     const [route, query] = (options.signed === false ? access.path : access.signedPath).split("?", 2);
     const ep = this.client.endpoint;
     const path = ep.basePath + route!.replace(/\/+$/, "") + "/" + (options.path ?? "/").replace(/^\/+/, "") + (query ? `?${query}` : "");
+    if (ep.scheme === "unix" && access.baseUrl) return access.baseUrl.replace(/\/+$/, "") + path;
     if (ep.scheme === "unix") return `http+unix://${ep.socketPath}:${path}`;
     const host = ep.host.includes(":") ? `[${ep.host}]` : ep.host;
     return `${ep.scheme}://${host}:${ep.port}${path}`;

@@ -167,7 +167,22 @@ impl Manager {
             access_token: self.port_token(&view.id)?,
             expires_at: model::timestamp::rfc3339_millis(at),
             public: view.public_ports,
+            base_url: self.base_url(),
         })
+    }
+
+    /// Where browsers reach this daemon (see [`api_types::PortUrl::base_url`]).
+    fn base_url(&self) -> Option<String> {
+        if let Some(u) = &self.config.public_url {
+            return Some(u.trim_end_matches('/').to_string());
+        }
+        let addr = self.config.listen?;
+        let scheme = if self.config.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        Some(format!("{scheme}://{addr}"))
     }
 
     /// The domain of host-based port routing.

@@ -592,12 +592,16 @@ class Sandbox(FilesMixin):
         """The URL of ``path`` on ``port`` through the daemon's gateway (HTTP, WebSocket,
         SSE): with a signature that opens the port for ``expires_in`` seconds
         (``signed=False``: bare, for public ports or a client that sends
-        :meth:`port_token`). A daemon on a Unix socket gives ``http+unix://SOCKET:PATH``."""
+        :meth:`port_token`). On the Unix socket the URL starts with the daemon's public URL
+        or TCP listener (what a browser opens); a daemon with neither gives
+        ``http+unix://SOCKET:PATH``."""
         check_str("path", path, none_ok=False)
         access = self._port_access(port, expires_in)
         route, _, query = str(access["signed_path"] if signed else access["path"]).partition("?")
         path = self._client.endpoint.base_path + route.rstrip("/") + "/" + path.lstrip("/") + (f"?{query}" if query else "")
         ep = self._client.endpoint
+        if ep.scheme == "unix" and access.get("base_url"):
+            return str(access["base_url"]).rstrip("/") + path
         if ep.scheme == "unix":
             return f"http+unix://{ep.socket_path}:{path}"
         host = f"[{ep.host}]" if ":" in ep.host else ep.host

@@ -1,0 +1,91 @@
+//! Registries on this machine's loopback: Docker reaches one over plain HTTP without
+//! being told to, and so does sandfork, but only after seeing it answer HTTP (a loopback
+//! registry serving TLS is still reached over verified TLS).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How long the probe waits for the registry to connect and answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The host and port of `registry` (`host[:port]`, `[v6]:port`) when the host is
+/// loopback (`localhost`, 127.0.0.0/8, `::1`); plain HTTP's port 80 when none is given.
+fn loopback_addr(registry: &str) -> Option<(String, u16)> {
+    let (host, port) = match registry.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, p.parse().ok()?),
+        _ => (registry, 80),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare == "localhost" || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    loopback.then(|| (bare.to_string(), port))
+}
+
+/// Whether `registry` is on loopback and answers a plain HTTP request.
+pub async fn speaks_plain_http(registry: &str) -> bool {
+    let Some((host, port)) = loopback_addr(registry) else {
+        return false;
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, probe(&host, port))
+        .await
+        .unwrap_or(false)
+}
+
+async fn probe(host: &str, port: u16) -> bool {
+    let Ok(mut s) = tokio::net::TcpStream::connect((host, port)).await else {
+        return false;
+    };
+    let ask = format!("GET /v2/ HTTP/1.0\r\nHost: {host}\r\n\r\n");
+    if s.write_all(ask.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).await.is_ok() && &head == b"HTTP/"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_hosts_are_probed() {
+        assert_eq!(
+            loopback_addr("127.0.0.1:5000"),
+            Some(("127.0.0.1".into(), 5000))
+        );
+        assert_eq!(
+            loopback_addr("localhost:5000"),
+            Some(("localhost".into(), 5000))
+        );
+        assert_eq!(loopback_addr("[::1]:5000"), Some(("::1".into(), 5000)));
+        assert_eq!(loopback_addr("localhost"), Some(("localhost".into(), 80)));
+        assert_eq!(loopback_addr("registry.example:5000"), None);
+        assert_eq!(loopback_addr("198.18.0.1:5000"), None);
+        assert_eq!(loopback_addr("docker.io"), None);
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_listener_is_told_from_anything_else() {
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = http.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = http.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await;
+        });
+        assert!(speaks_plain_http(&format!("127.0.0.1:{port}")).await);
+        let tls_like = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = tls_like.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = tls_like.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46])
+                .await;
+        });
+        assert!(!speaks_plain_http(&format!("127.0.0.1:{port}")).await);
+    }
+}
