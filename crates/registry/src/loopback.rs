@@ -22,7 +22,9 @@ fn loopback_addr(registry: &str) -> Option<(String, u16)> {
     loopback.then(|| (bare.to_string(), port))
 }
 
-/// Whether `registry` is on loopback and answers a plain HTTP request.
+/// Whether `registry` is on loopback and answers the registry API's base request
+/// (`GET /v2/`: 200, or 401 asking for credentials) over plain HTTP. A TLS server's
+/// answer to plain HTTP (a 400, or an alert) does not count.
 pub async fn speaks_plain_http(registry: &str) -> bool {
     let Some((host, port)) = loopback_addr(registry) else {
         return false;
@@ -40,8 +42,12 @@ async fn probe(host: &str, port: u16) -> bool {
     if s.write_all(ask.as_bytes()).await.is_err() {
         return false;
     }
-    let mut head = [0u8; 5];
-    s.read_exact(&mut head).await.is_ok() && &head == b"HTTP/"
+    let mut head = [0u8; 12];
+    if s.read_exact(&mut head).await.is_err() {
+        return false;
+    }
+    // "HTTP/1.1 200" or "HTTP/1.1 401"
+    head.starts_with(b"HTTP/") && matches!(&head[9..12], b"200" | b"401")
 }
 
 #[cfg(test)]
@@ -73,9 +79,19 @@ mod tests {
             let (mut s, _) = http.accept().await.unwrap();
             let mut buf = [0u8; 64];
             let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\n").await;
+            let _ = s.write_all(b"HTTP/1.0 401 Unauthorized\r\n\r\n").await;
         });
         assert!(speaks_plain_http(&format!("127.0.0.1:{port}")).await);
+        // What a TLS server answers to plain HTTP.
+        let https = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = https.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = https.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n").await;
+        });
+        assert!(!speaks_plain_http(&format!("127.0.0.1:{port}")).await);
         let tls_like = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = tls_like.local_addr().unwrap().port();
         tokio::spawn(async move {
