@@ -110,6 +110,11 @@ impl Watch {
             };
             let is_dir = e.mask.contains(AddWatchFlags::IN_ISDIR);
             let text = path.to_string_lossy().into_owned();
+            // A write through the API in progress: only its rename into place counts.
+            let temp = !is_dir && is_temp(&text);
+            if temp && !e.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
+                continue;
+            }
             let kind = match e.mask {
                 m if m.contains(AddWatchFlags::IN_CREATE) => FsEventKind::Create,
                 m if m.contains(AddWatchFlags::IN_MODIFY) => FsEventKind::Modify,
@@ -117,6 +122,11 @@ impl Watch {
                 m if m.contains(AddWatchFlags::IN_DELETE) => FsEventKind::Delete,
                 m if m.contains(AddWatchFlags::IN_MOVED_FROM) => {
                     moved_from.insert(e.cookie, out.len());
+                    if temp {
+                        // Held until its MOVED_TO; dropped below when none comes.
+                        out.push(event(FsEventKind::Create, text, is_dir));
+                        continue;
+                    }
                     FsEventKind::Delete
                 }
                 m if m.contains(AddWatchFlags::IN_MOVED_TO) => {
@@ -126,6 +136,12 @@ impl Watch {
                             .values_mut()
                             .filter(|j| **j > i)
                             .for_each(|j| *j -= 1);
+                        if is_temp(&from.path) {
+                            // The temporary file of a write through the API renamed into
+                            // place: the file at `path` was written (made or replaced).
+                            out.push(event(FsEventKind::Create, text, is_dir));
+                            continue;
+                        }
                         let mut renamed = event(FsEventKind::Rename, text, is_dir);
                         renamed.old_path = Some(from.path);
                         out.push(renamed);
@@ -142,6 +158,7 @@ impl Watch {
                 self.follow_new_dir(&path, is_dir, Some(&mut out));
             }
         }
+        out.retain(|e| !is_temp(&e.path));
         out
     }
 
@@ -155,6 +172,13 @@ impl Watch {
             }
         }
     }
+}
+
+/// Whether `path` names the temporary file of a write through the API.
+fn is_temp(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(super::write::is_temp_name)
 }
 
 fn event(kind: FsEventKind, path: String, is_dir: bool) -> FsEvent {
@@ -241,6 +265,26 @@ mod tests {
         assert!(drain(&mut watch)
             .iter()
             .any(|e| e.path.ends_with("new/inner/later")));
+    }
+
+    #[tokio::test]
+    async fn a_write_through_the_api_is_one_create_of_its_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut watch = Watch::new(false).unwrap();
+        watch.add(tmp.path(), None).unwrap();
+        let temp = tmp.path().join(".data.json.sandfork-0a1b2c3d4e5f00000000");
+        std::fs::write(&temp, b"{}").unwrap();
+        std::fs::rename(&temp, tmp.path().join("data.json")).unwrap();
+        let seen = drain(&mut watch);
+        let path = tmp.path().join("data.json").to_string_lossy().into_owned();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].kind == FsEventKind::Create && seen[0].path == path,
+            "{seen:?}"
+        );
+        // A dot file that only looks alike is reported as any file.
+        std::fs::write(tmp.path().join(".x.sandfork-notes"), b"x").unwrap();
+        assert!(!drain(&mut watch).is_empty());
     }
 
     #[tokio::test]

@@ -64,7 +64,7 @@ fn create_temp(
         fs::create_dir_all(parent).map_err(|e| io_error(&parent.to_string_lossy(), &e))?;
     }
     let old = existing(&target, path)?;
-    let name = format!(".{}.sandfork-{}", name.to_string_lossy(), random_suffix());
+    let name = format!(".{}{TEMP_MARK}{}", name.to_string_lossy(), random_suffix());
     let tmp_path = parent.join(name);
     let file = File::options()
         .write(true)
@@ -86,6 +86,18 @@ fn create_temp(
         let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
     }
     Ok((tmp, file))
+}
+
+/// What the name of a write's temporary file holds (`.<name>.sandfork-<suffix>`).
+const TEMP_MARK: &str = ".sandfork-";
+
+/// Whether `name` is the temporary file of a write in progress (a watch reports the
+/// write as a create of the target, not the temporary file's life).
+pub(super) fn is_temp_name(name: &str) -> bool {
+    name.starts_with('.')
+        && name.rsplit_once(TEMP_MARK).is_some_and(|(head, tail)| {
+            head.len() > 1 && !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_hexdigit())
+        })
 }
 
 fn random_suffix() -> String {
