@@ -37,7 +37,7 @@ def test_async_create_run_stream_files(daemon) -> None:
                 seen.append(text)
 
             r = await sb.run("echo", ["cb"], on_stdout=on_out)
-            assert "".join(seen) == "cb\n" == r.stdout + "\n" and set(threads) == {loop_thread}
+            assert seen == ["cb"] and r.stdout == "cb" and set(threads) == {loop_thread}
 
             await sb.write_file("/tmp/a.txt", "async")
             assert await sb.read_file("/tmp/a.txt") == b"async"

@@ -77,8 +77,9 @@ def test_streaming_callbacks(sandbox: Sandbox) -> None:
     out: List[str] = []
     err: List[str] = []
     r = sandbox.run("sh", ["-c", "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.1; done; exit 4"], on_stdout=out.append, on_stderr=err.append)
-    assert "".join(out) == "out1\nout2\nout3\n" == r.stdout + "\n"
-    assert "".join(err) == "err1\nerr2\nerr3\n" == r.stderr + "\n"
+    # Whole lines without their newline, as on_stdout=print wants them.
+    assert out == ["out1", "out2", "out3"] and r.stdout == "out1\nout2\nout3"
+    assert err == ["err1", "err2", "err3"] and r.stderr == "err1\nerr2\nerr3"
     assert r.stdout_bytes == b"out1\nout2\nout3\n"
     assert r.exit_code == 4
 

@@ -17,7 +17,8 @@ export interface RunOptions {
   timeoutSecs?: number;
   /** Standard input. */
   stdin?: string | Uint8Array;
-  /** Output as it arrives (the command then streams). */
+  /** Output as it arrives, a line at a time without its newline (the command then
+   * streams); a last line with no newline comes when the command ends. */
   onStdout?: (data: string) => void;
   onStderr?: (data: string) => void;
   signal?: AbortSignal;
@@ -27,9 +28,10 @@ export interface RunOptions {
 export interface CommandResult {
   exitCode: number;
   signal: number | null;
+  /** The output as text with one trailing newline removed (as in the Python SDK). */
   stdout: string;
   stderr: string;
-  /** The exact bytes (`stdout` is them decoded as UTF-8). */
+  /** The exact bytes (`stdout` is them decoded as UTF-8, its last newline kept). */
   stdoutBytes: Buffer;
   stderrBytes: Buffer;
   timedOut: boolean;
@@ -77,8 +79,8 @@ function finish(
   return {
     exitCode: exit.exitCode ?? (signal ? -signal : -1),
     signal,
-    stdout: stdoutBytes.toString("utf8"),
-    stderr: stderrBytes.toString("utf8"),
+    stdout: withoutLastNewline(stdoutBytes.toString("utf8")),
+    stderr: withoutLastNewline(stderrBytes.toString("utf8")),
     stdoutBytes,
     stderrBytes,
     timedOut: exit.timedOut,
@@ -163,10 +165,35 @@ export async function run(transport: Transport, route: string, command: string, 
     return resultOf(doc);
   }
   const stream = streamCommand(transport, route, command, args, options);
-  for await (const chunk of stream) {
-    (chunk.stream === "stdout" ? options.onStdout : options.onStderr)?.(chunk.text);
-  }
+  const lines = { stdout: new Lines(options.onStdout), stderr: new Lines(options.onStderr) };
+  for await (const chunk of stream) lines[chunk.stream].push(chunk.text);
+  lines.stdout.end();
+  lines.stderr.end();
   return stream.result;
+}
+
+/** Hands a callback whole lines of a stream's text, without their newline. */
+class Lines {
+  private partial = "";
+  constructor(private readonly callback?: (line: string) => void) {}
+
+  push(text: string): void {
+    if (!this.callback) return;
+    const parts = (this.partial + text).split("\n");
+    this.partial = parts.pop() ?? "";
+    for (const line of parts) this.callback(line);
+  }
+
+  end(): void {
+    if (this.callback && this.partial) this.callback(this.partial);
+    this.partial = "";
+  }
+}
+
+/** `text` without one trailing newline: what `stdout` and `stderr` hold, as in the Python
+ * SDK (the exact bytes are in `stdoutBytes` and `stderrBytes`). */
+function withoutLastNewline(text: string): string {
+  return text.endsWith("\n") ? text.slice(0, -1) : text;
 }
 
 /** A command whose output is read as it comes. */

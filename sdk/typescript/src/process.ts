@@ -35,6 +35,36 @@ export class Process {
     return this.info.pid;
   }
 
+  // The fields of `info` on the process itself, as the Python SDK has them.
+  /** `running` or `exited`, as last read. */
+  get status(): string {
+    return this.info.status;
+  }
+  get exitCode(): number | null {
+    return this.info.exitCode ?? null;
+  }
+  get signal(): number | null {
+    return this.info.signal ?? null;
+  }
+  get command(): string {
+    return this.info.command;
+  }
+  get args(): string[] {
+    return this.info.args;
+  }
+  get startedAt(): string {
+    return this.info.startedAt;
+  }
+  get endedAt(): string | null {
+    return this.info.endedAt ?? null;
+  }
+  get stdinWritable(): boolean {
+    return this.info.stdinWritable;
+  }
+  get name(): string | null {
+    return this.info.name ?? null;
+  }
+
   private get path(): string {
     return `${this.route}/processes/${seg(this.info.pid)}`;
   }

@@ -21,29 +21,36 @@ export interface ForkFailure {
   message: string;
 }
 
-/** The sandboxes a fork started (each child succeeds or fails on its own). */
-export class ForkResult implements Iterable<Sandbox> {
-  /** @internal */
-  constructor(
-    /** The snapshot the children started from. */
-    readonly snapshotId: string,
-    /** The children that started, in index order. */
-    readonly sandboxes: Sandbox[],
-    /** The children that did not, with why. */
-    readonly errors: ForkFailure[],
-  ) {}
+/** The sandboxes a fork started, in index order: an array (`map`, `length`, indexing), as
+ * the Python SDK's is a list, plus the snapshot they came from and the children that did
+ * not start (each child succeeds or fails on its own). */
+export class ForkResult extends Array<Sandbox> {
+  /** The snapshot the children started from. */
+  readonly snapshotId: string = "";
+  /** The children that did not start, with why. */
+  readonly errors: ForkFailure[] = [];
 
-  [Symbol.iterator](): Iterator<Sandbox> {
-    return this.sandboxes[Symbol.iterator]();
+  /** `map`, `filter` and the like give plain arrays. */
+  static override get [Symbol.species](): ArrayConstructor {
+    return Array;
   }
 
-  get length(): number {
-    return this.sandboxes.length;
+  /** @internal */
+  static of_(snapshotId: string, sandboxes: Sandbox[], errors: ForkFailure[]): ForkResult {
+    const r = new ForkResult();
+    r.push(...sandboxes);
+    Object.assign(r, { snapshotId, errors });
+    return r;
+  }
+
+  /** The children that started (the array itself, for code written against the older shape). */
+  get sandboxes(): Sandbox[] {
+    return [...this];
   }
 
   /** Terminates every child that started. */
   async terminateAll(): Promise<void> {
-    await Promise.all(this.sandboxes.map((s) => s.terminate()));
+    await Promise.all(this.map((s) => s.terminate()));
   }
 }
 
@@ -52,7 +59,7 @@ export function forkResult(client: Client, doc: components["schemas"]["ForkResul
   const children = camelize<ForkChild[]>(doc.children);
   const started = children.filter((c) => c.sandbox).map((c) => new Sandbox(client, c.sandbox!));
   const failed = children.filter((c) => !c.sandbox).map((c) => ({ index: c.index, code: c.error?.code ?? "failed", message: c.error?.message ?? "the child did not start" }));
-  return new ForkResult(doc.snapshot_id, started, failed);
+  return ForkResult.of_(doc.snapshot_id, started, failed);
 }
 
 /** A snapshot. */

@@ -58,5 +58,5 @@ try {
   );
   execFileSync(join(PACKAGE, "node_modules/.bin/tsc"), ["-p", project], { stdio: "pipe" });
   const out = execFileSync("node", [join(project, "out/main.js")], { cwd: project, encoding: "utf8", env: { ...process.env, SANDFORK_URL: daemon.url } });
-  assert.deepEqual(JSON.parse(out), { out: "from the package\n", missing: true });
+  assert.deepEqual(JSON.parse(out), { out: "from the package", missing: true });
 });

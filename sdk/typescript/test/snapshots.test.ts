@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, test } from "node:test";
 
-import { InvalidArgumentError, NotFoundError, Sandbox, Snapshot, UnsupportedError } from "../src/index.js";
+import { ForkResult, InvalidArgumentError, NotFoundError, Sandbox, Snapshot, UnsupportedError } from "../src/index.js";
 import { startDaemon, type Daemon } from "./daemon.js";
 
 let daemon: Daemon;
@@ -41,7 +41,7 @@ test("a memory checkpoint forks into independent warm sandboxes that cannot see 
       assert.equal(forks.length, 3);
       assert.deepEqual(forks.errors, []);
       const counts = await Promise.all(
-        forks.sandboxes.map(async (child, i) => {
+        forks.map(async (child, i) => {
           assert.deepEqual(child.info.labels, { role: "worker" });
           assert.equal((await child.run("sh", ["-c", "echo $WHO"])).stdout.trim(), String(i));
           assert.equal(await child.files.readText("/data/state.txt"), "disk state\n");
@@ -83,8 +83,12 @@ test("a filesystem checkpoint restores the disk; a sandbox forks itself", async 
     }
     const own = await parent.fork(2, { namePrefix: "ts-child" });
     try {
-      assert.deepEqual(own.sandboxes.map((s) => s.name).sort(), ["ts-child-0", "ts-child-1"]);
-      assert.equal((await own.sandboxes[0]!.getProcess("counter")).info.status, "running");
+      // An array, as the Python SDK's fork result is a list.
+      assert.ok(Array.isArray(own) && own instanceof ForkResult);
+      assert.deepEqual(own.map((s) => s.name).sort(), ["ts-child-0", "ts-child-1"]);
+      const counter = await own[0]!.getProcess("counter");
+      assert.equal(counter.status, "running");
+      assert.equal(counter.status, counter.info.status, "a process's fields are on it, as in Python");
     } finally {
       await own.terminateAll();
     }

@@ -177,6 +177,7 @@ pub(super) async fn run_exec(
         .map_err(|e| BackendError::Host(error_chain(&e)))?;
     let mut tail: Vec<String> = Vec::new();
     let mut partial = String::new();
+    let mut shown = Progress::default();
     loop {
         match stream
             .next()
@@ -187,8 +188,12 @@ pub(super) async fn run_exec(
                 partial += &String::from_utf8_lossy(&data);
                 while let Some(at) = partial.find('\n') {
                     let line: String = partial.drain(..=at).collect();
-                    let line = line.trim_end().to_string();
-                    let _ = progress.try_send(format!("{what}: {line}"));
+                    // A line redrawn with carriage returns (apt's and dpkg's counters):
+                    // what it showed last.
+                    let line = line.trim_end().rsplit('\r').next().unwrap_or_default().to_string();
+                    if shown.due(&line) {
+                        let _ = progress.try_send(format!("{what}: {line}"));
+                    }
                     tail.push(line);
                     if tail.len() > TAIL_LINES {
                         tail.remove(0);
@@ -215,6 +220,31 @@ pub(super) async fn run_exec(
     }
 }
 
+/// Which output lines of a build step become progress: a line that differs from the one
+/// before only in its numbers (`(Reading database ... 45%`, `Get:12 …`) is shown at most
+/// once a second, so a counter is progress, not hundreds of lines. Every line still goes
+/// to the tail a failure reports.
+#[derive(Default)]
+struct Progress {
+    shape: String,
+    at: Option<std::time::Instant>,
+}
+
+impl Progress {
+    fn due(&mut self, line: &str) -> bool {
+        let shape: String = line.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let recent = self
+            .at
+            .is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1));
+        if shape == self.shape && recent {
+            return false;
+        }
+        self.shape = shape;
+        self.at = Some(std::time::Instant::now());
+        true
+    }
+}
+
 fn build_err(e: runtime::Error) -> BackendError {
     BackendError::Host(format!("Image build failed: {}", error_chain(&e)))
 }
@@ -229,9 +259,20 @@ async fn blocking<T: Send + 'static>(
 
 #[cfg(test)]
 mod tests {
+
     use super::*;
     use crate::config::Config;
     use runtime::image::Source;
+
+    #[test]
+    fn counters_are_progress_not_a_line_each() {
+        let mut p = Progress::default();
+        assert!(p.due("(Reading database ... 5%"));
+        assert!(!p.due("(Reading database ... 10%"));
+        assert!(!p.due("(Reading database ... 95%"));
+        assert!(p.due("Unpacking python3 (3.11.2-1) ..."));
+        assert!(p.due("(Reading database ... 100%"));
+    }
 
     /// As root: a real build sandbox. A build step is hostile code (any package's install
     /// script): it runs confined like a user's sandbox, never in a host chroot.

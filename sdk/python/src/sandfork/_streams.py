@@ -11,7 +11,8 @@ from ._transport import StreamResponse
 from .models import CommandResult, OutputEvent, decode_data
 
 OutputCallback = Callable[[str], Any]
-"""Called with each chunk of output as text."""
+"""Called with each line of output as text, without its newline (``on_stdout=print``
+prints the output as it was); a last line with no newline comes when the command ends."""
 
 
 class OutputStream(Iterator[OutputEvent]):
@@ -45,6 +46,7 @@ class OutputStream(Iterator[OutputEvent]):
         self._buffers = {"stdout": bytearray(), "stderr": bytearray()}
         self._decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace") for name in ("stdout", "stderr")}
         self._callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        self._partial = {"stdout": "", "stderr": ""}
         self.result: Optional[CommandResult] = None
         self.exit_record: Optional[Dict[str, Any]] = None
         self.dropped: List[Dict[str, Any]] = []
@@ -106,14 +108,22 @@ class OutputStream(Iterator[OutputEvent]):
         offset = record.get("offset")
         return OutputEvent(line=text, timestamp=datetime.now(timezone.utc), stream=stream, raw=raw, offset=int(offset) if offset is not None else None)
 
-    def _notify(self, stream: str, text: str) -> None:
+    def _notify(self, stream: str, text: str, final: bool = False) -> None:
+        """Hands the callback each complete line (and, when ``final``, what is left)."""
         callback = self._callbacks[stream]
-        if callback is not None and text:
-            callback(text)
+        if callback is None:
+            return
+        *lines, rest = (self._partial[stream] + text).split("\n")
+        for line in lines:
+            callback(line)
+        if final and rest:
+            callback(rest)
+            rest = ""
+        self._partial[stream] = rest
 
     def _finish(self, record: Dict[str, Any]) -> None:
         for stream, decoder in self._decoders.items():
-            self._notify(stream, decoder.decode(b"", final=True))
+            self._notify(stream, decoder.decode(b"", final=True), final=True)
         self.exit_record = record
         self.result = CommandResult.from_parts(bytes(self._buffers["stdout"]), bytes(self._buffers["stderr"]), record)
         self.close()

@@ -733,8 +733,8 @@ class Sandbox(FilesMixin):
             user: User to run as (a name, ``"uid:gid"``, a ``ProcessUserSpec``
                 or a dict); the image's default user when omitted.
             stdin: Text or bytes fed to its standard input (sandfork).
-            on_stdout, on_stderr: Called with each chunk of output as it
-                arrives (sandfork; the output is then streamed).
+            on_stdout, on_stderr: Called with each line of output, without its
+                newline, as it arrives (sandfork; the output is then streamed).
 
         ``result.stdout``/``stderr`` are the lines joined with ``"\\n"`` (one
         trailing newline removed); ``stdout_bytes``/``stderr_bytes`` are exact.
