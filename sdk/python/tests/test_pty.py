@@ -107,6 +107,22 @@ def test_bash_through_a_websocket_client_resize_and_ctrl_c(daemon, debian: Sandb
         term.close()
 
 
+def test_ctrl_c_straight_after_create_leaves_the_shell(daemon, debian: Sandbox) -> None:
+    """Input typed before the shell has shown anything waits for it: a Ctrl-C sent at once
+    reaches a shell that handles it, instead of killing it before it set up its signals."""
+    pid = start(debian, command="bash", args=["--norc", "-i"], cols=80, rows=24, env={"PS1": "$ "})
+    term = Term(daemon, debian.id, pid)
+    try:
+        term.type("\x03")
+        term.type("echo alive-$((6*7))\r")
+        term.expect(b"alive-42")
+        assert debian.get_process(pid).is_running(), "the shell survived the early Ctrl-C"
+        term.type("exit 0\r")
+        assert debian.get_process(pid).wait(timeout=20).exit_code == 0
+    finally:
+        term.close()
+
+
 def test_a_full_screen_program(daemon, sandbox: Sandbox) -> None:
     pid = start(sandbox, command="sh", cols=100, rows=30, env={"PS1": "# "})
     term = Term(daemon, sandbox.id, pid)

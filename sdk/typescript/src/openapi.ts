@@ -1372,6 +1372,11 @@ export interface components {
              *     `sandfork_token=`); the same for the sandbox's life.
              */
             access_token: string;
+            /**
+             * @description Where a browser opens `path` and `signed_path`: the daemon's `public_url`, else its
+             *     TCP listener; absent for a daemon on its Unix socket alone.
+             */
+            base_url?: string | null;
             /** @description RFC 3339. */
             expires_at: string;
             /**

@@ -71,6 +71,10 @@ pub const MASTER_FD: RawFd = 3;
 /// output): past this much it stops taking input from the agent until the terminal drains.
 const TYPED_LIMIT: usize = 1 << 20;
 
+/// Input typed before the program first writes anything (a shell's prompt) is held until it
+/// does, or this long: a shell that gets Ctrl-C before it has set up its signals dies of it.
+const HOLD_UNTIL_OUTPUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the relay until no process holds the terminal any more; its exit code.
 ///
 /// Output never waits on input: the master side is non-blocking, typed input the terminal
@@ -88,15 +92,31 @@ pub fn keep() -> i32 {
     let mut out = io::stdout().lock();
     let mut buf = vec![0u8; CHUNK_SIZE];
     let mut input = Input::default();
+    let held_until = std::time::Instant::now() + HOLD_UNTIL_OUTPUT;
     loop {
+        if !input.ready && std::time::Instant::now() >= held_until {
+            input.ready = true;
+        }
         let take = input.open && input.typed.len() < TYPED_LIMIT;
-        let give = if input.typed.is_empty() { 0 } else { POLLOUT };
+        let give = if input.typed.is_empty() || !input.ready {
+            0
+        } else {
+            POLLOUT
+        };
         let mut fds = [
             poll_fd(0, take, POLLIN),
             poll_fd(master.as_raw_fd(), true, POLLIN | give),
         ];
+        let wait = if input.ready {
+            -1
+        } else {
+            held_until
+                .saturating_duration_since(std::time::Instant::now())
+                .as_millis() as i32
+                + 1
+        };
         // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), fds.len() as _, -1) };
+        let n = unsafe { nix::libc::poll(fds.as_mut_ptr(), fds.len() as _, wait) };
         if n < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -104,10 +124,14 @@ pub fn keep() -> i32 {
             return 1;
         }
         let ready = fds[1].revents;
-        if ready & !POLLOUT != 0 && !pass_output(&master, &mut buf, &mut out) {
-            // No slave side is open any more (EIO): the session is over. The agent gone
-            // (a broken stdout) ends it too.
-            return 0;
+        if ready & !POLLOUT != 0 {
+            match pass_output(&master, &mut buf, &mut out) {
+                // No slave side is open any more (EIO): the session is over. The agent
+                // gone (a broken stdout) ends it too.
+                None => return 0,
+                Some(0) => {}
+                Some(_) => input.ready = true,
+            }
         }
         if ready & POLLOUT != 0 {
             input.type_into(master.as_fd());
@@ -136,13 +160,17 @@ fn set_nonblocking(fd: BorrowedFd<'_>) -> nix::Result<()> {
     Ok(())
 }
 
-/// One read of the terminal's output passed on; false when the terminal has ended or the
-/// output cannot be delivered.
-fn pass_output(master: &OwnedFd, buf: &mut [u8], out: &mut impl Write) -> bool {
+/// One read of the terminal's output passed on: how many bytes (0: none yet), or `None`
+/// when the terminal has ended or the output cannot be delivered.
+fn pass_output(master: &OwnedFd, buf: &mut [u8], out: &mut impl Write) -> Option<usize> {
     match nix::unistd::read(master.as_fd(), buf) {
-        Ok(n) if n > 0 => out.write_all(&buf[..n]).and_then(|()| out.flush()).is_ok(),
-        Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => true,
-        _ => false,
+        Ok(n) if n > 0 => out
+            .write_all(&buf[..n])
+            .and_then(|()| out.flush())
+            .ok()
+            .map(|()| n),
+        Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => Some(0),
+        _ => None,
     }
 }
 
@@ -150,6 +178,9 @@ fn pass_output(master: &OwnedFd, buf: &mut [u8], out: &mut impl Write) -> bool {
 /// the terminal has not taken yet.
 struct Input {
     open: bool,
+    /// The program has written something (or [`HOLD_UNTIL_OUTPUT`] passed): typed input
+    /// goes to it.
+    ready: bool,
     frames: Vec<u8>,
     typed: Vec<u8>,
 }
@@ -158,6 +189,7 @@ impl Default for Input {
     fn default() -> Self {
         Input {
             open: true,
+            ready: false,
             frames: Vec::new(),
             typed: Vec::new(),
         }
@@ -186,7 +218,9 @@ impl Input {
                 _ => {}
             }
         }
-        self.type_into(master);
+        if self.ready {
+            self.type_into(master);
+        }
     }
 
     /// Writes as much held input as the terminal takes now.

@@ -190,7 +190,12 @@ pub(super) async fn run_exec(
                     let line: String = partial.drain(..=at).collect();
                     // A line redrawn with carriage returns (apt's and dpkg's counters):
                     // what it showed last.
-                    let line = line.trim_end().rsplit('\r').next().unwrap_or_default().to_string();
+                    let line = line
+                        .trim_end()
+                        .rsplit('\r')
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
                     if shown.due(&line) {
                         let _ = progress.try_send(format!("{what}: {line}"));
                     }
