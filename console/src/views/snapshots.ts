@@ -107,8 +107,14 @@ export const snapshotsView: View = async (root) => {
       json<{ sandboxes: Sandbox[] }>("GET", "/v1/sandboxes?state=terminated"),
       json<{ snapshots: Snapshot[] }>("GET", "/v1/snapshots"),
     ]);
-    const nodes = lineage([...live.sandboxes, ...ended.sandboxes], snaps.snapshots);
-    holder.replaceChildren(snaps.snapshots.length ? draw(nodes) : h("p", {}, "No snapshots yet: checkpoint a sandbox from its page."));
+    // An ended sandbox is drawn only where a snapshot came from it: the rest (forks that
+    // ran and went) would bury the lineage under dead ends.
+    const sources = new Set(snaps.snapshots.map((s) => s.source_sandbox_id));
+    const kept = ended.sandboxes.filter((s) => sources.has(s.id));
+    const hidden = ended.sandboxes.length - kept.length;
+    const nodes = lineage([...live.sandboxes, ...kept], snaps.snapshots);
+    const note = hidden ? h("p", { class: "muted" }, `${hidden} ended sandbox${hidden === 1 ? "" : "es"} that made no snapshot not shown.`) : "";
+    holder.replaceChildren(snaps.snapshots.length ? draw(nodes) : h("p", {}, "No snapshots yet: checkpoint a sandbox from its page."), note);
   }
   await refresh();
   const timer = setInterval(() => void refresh().catch(() => undefined), 2000);
