@@ -831,6 +831,9 @@ pub struct MkdirRequest {
 pub struct Image {
     pub name: String,
     pub layer_id: String,
+    /// Size of the root disk its sandboxes get: what the disk holds room for, not what its
+    /// layers store (a small image may come with a roomy disk; blocks never written cost
+    /// nothing).
     pub size_bytes: u64,
     pub created_at: String,
     pub builder: String,

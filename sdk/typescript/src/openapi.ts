@@ -1234,7 +1234,12 @@ export interface components {
             created_at: string;
             layer_id: string;
             name: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Size of the root disk its sandboxes get: what the disk holds room for, not what its
+             *     layers store (a small image may come with a roomy disk; blocks never written cost
+             *     nothing).
+             */
             size_bytes: number;
         };
         /** @description `GET /v1/images/{name}`: an image and what its sandboxes get from it. */

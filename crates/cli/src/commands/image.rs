@@ -425,7 +425,8 @@ async fn list(client: &Client, json: bool) -> Result<i32> {
             ]
         })
         .collect();
-    output::table(&["NAME", "BUILDER", "SIZE", "LAYER", "CREATED"], &rows);
+    // DISK: the root disk its sandboxes get (room, not bytes stored).
+    output::table(&["NAME", "BUILDER", "DISK", "LAYER", "CREATED"], &rows);
     Ok(0)
 }
 
