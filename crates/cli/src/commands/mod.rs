@@ -86,7 +86,7 @@ pub async fn run(args: ClientArgs, command: Command) -> Result<i32> {
         Command::Label { id, set, remove } => {
             sandbox::label(&client, &id, &set, remove, json).await
         }
-        Command::Inspect { id } => sandbox::inspect(&client, &id).await,
+        Command::Inspect { id } => sandbox::inspect(&client, &id, json).await,
         Command::Rm { ids } => sandbox::remove(&client, &ids, json).await,
         Command::Run(r) => run::run(&client, r, json).await,
         Command::Exec(e) => run::exec(&client, e, json).await,

@@ -469,7 +469,8 @@ pub async fn label(
     Ok(0)
 }
 
-pub async fn inspect(client: &Client, id: &str) -> Result<i32> {
+/// `inspect`: one row per field, as `image inspect` prints (`--json`: the document).
+pub async fn inspect(client: &Client, id: &str, json: bool) -> Result<i32> {
     let sb: Value = client
         .json(
             Method::GET,
@@ -477,7 +478,70 @@ pub async fn inspect(client: &Client, id: &str) -> Result<i32> {
             None::<&()>,
         )
         .await?;
-    output::json(&sb);
+    if json {
+        output::json(&sb);
+        return Ok(0);
+    }
+    let f = |k: &str| output::field(&sb, k);
+    let joined = |v: &Value| {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    let pairs = |v: &Value| {
+        v.as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    let net = &sb["network"];
+    let fork = sb["fork"]
+        .as_object()
+        .map(|o| {
+            format!(
+                "#{} of {}",
+                o["index"],
+                o["parent_snapshot_id"].as_str().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    let rows = [
+        ("id", f("id")),
+        ("name", f("name")),
+        ("state", f("state")),
+        ("error", f("error")),
+        ("image", f("image")),
+        ("snapshot", f("snapshot_id")),
+        ("fork", fork),
+        ("cpus", f("cpus")),
+        ("memory", format!("{} MiB", f("memory_mb"))),
+        ("disk", format!("{} MiB", f("disk_mb"))),
+        ("disk full", f("disk_full")),
+        ("network", output::field(net, "mode")),
+        ("address", output::field(net, "address")),
+        ("allow out", joined(&net["allow_out"])),
+        ("deny out", joined(&net["deny_out"])),
+        ("labels", pairs(&sb["labels"])),
+        (
+            "timeout",
+            format!("{} s ({})", f("timeout_secs"), f("on_timeout")),
+        ),
+        ("expires", f("expires_at")),
+        ("created", f("created_at")),
+        ("last active", f("last_active_at")),
+    ];
+    for (k, v) in rows.iter().filter(|(_, v)| !v.is_empty() && v != "-") {
+        println!("{k:<12} {v}");
+    }
     Ok(0)
 }
 
