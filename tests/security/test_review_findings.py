@@ -1158,6 +1158,42 @@ def test_exports_import_only_with_the_key_or_explicit_trust(attempts, snaps) -> 
         delete_snapshot(a, v["id"])
 
 
+@pytest.mark.promise("snapshot files")
+def test_an_unsigned_file_carries_data_never_policy(attempts, snaps) -> None:
+    """An unsigned filesystem file (trusted with `trust_unsigned`) whose record asks for
+    egress to the metadata address and a private range, a named volume of the importing
+    host mounted read-write, and more CPUs and memory: its filesystem is imported, its
+    policy is not — the restored sandbox gets the defaults, no egress list and no volume."""
+    from sandfork import Sandbox, Volume
+
+    b = snaps.b
+    vol = f"host-vol-{secrets.token_hex(3)}"
+    Volume.create(vol, client=client_of(b))
+
+    def hostile(m: Dict[str, Any]) -> None:
+        m["boot"]["network"] = {"internet": True, "allow_out": ["169.254.169.254", "10.0.0.0/8"], "deny_out": []}
+        m["boot"]["volumes"] = [{"name": vol, "path": "/mnt/host", "read_only": False}]
+        m["boot"]["cpus"], m["boot"]["memory_mb"] = 2.0, 4096
+        m["view"]["cpus"], m["view"]["memory_mb"] = 2.0, 4096
+
+    status, v = import_file(b, forge_v1(with_manifest(snap_entries(snaps.fs), hostile)), trust=True)
+    attempts.refused("[control] the unsigned file's filesystem imports with trust_unsigned", status == 201, f"{status} {v}")
+    if status != 201:
+        return
+    try:
+        attempts.refused("an unsigned file's cpus and memory", (v.get("cpus"), v.get("memory_mb")) == (1.0, 512), str(v))
+        with Sandbox.create(client=client_of(b), snapshot_id=v["id"]) as child:
+            info = Api(b).json("GET", f"/v1/sandboxes/{child.id}")[1]
+            attempts.refused("an unsigned file's egress list", info["network"]["allow_out"] == [], str(info["network"]))
+            mounted = sh(child, "grep -c ' /mnt/host ' /proc/mounts || true").stdout.strip()
+            attempts.refused("an unsigned file's volume mount", mounted == "0", f"/mnt/host mounts: {mounted}")
+            kept = sh(child, "cat /root/keep.txt").stdout.strip()
+            attempts.refused("[control] its data came along", kept == snaps.keep, kept)
+    finally:
+        delete_snapshot(b, v["id"])
+        Api(b).call("DELETE", f"/v1/volumes/{vol}")
+
+
 TAMPERS = {
     "a flipped magic byte": lambda f, s: flip(f, 0),
     "a flipped entry-name byte": lambda f, s: flip(f, 10),

@@ -94,7 +94,9 @@ impl Manager {
         let manifest = std::fs::read(work.0.join(MANIFEST)).map_err(|e| bad(e.to_string()))?;
         let mut rec: SnapshotRecord =
             serde_json::from_slice(&manifest).map_err(|e| bad(e.to_string()))?;
-        self.check_signed(&got, rec.view.kind, trust_unsigned)?;
+        if !self.check_signed(&got, rec.view.kind, trust_unsigned)? {
+            strip_policy(&mut rec);
+        }
         check_boot(&rec.boot).map_err(|e| bad(e.message()))?;
         let artifact = work.0.join(ARTIFACT);
         if !artifact.is_file() {
@@ -152,16 +154,17 @@ impl Manager {
     /// Every file must be signed with this daemon's key, except a filesystem snapshot the
     /// caller chose to trust. Memory images are restored by CRIU as root: a file that
     /// declares a memory snapshot, or carries anything named like memory images, needs
-    /// the key whatever the caller says.
+    /// the key whatever the caller says. Ok(true) for a signed file, Ok(false) for a
+    /// trusted unsigned one.
     fn check_signed(
         &self,
         got: &snapfile::Extracted,
         kind: SnapshotType,
         trust: bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let key = self.read_secret_key()?;
         if got.signature.is_some_and(|s| key.signed(&got.digest, &s)) {
-            return Ok(());
+            return Ok(true);
         }
         let memory = kind == SnapshotType::Memory
             || got
@@ -178,7 +181,7 @@ impl Manager {
             )));
         }
         if trust {
-            return Ok(());
+            return Ok(false);
         }
         Err(Error::InvalidArgument(format!(
             "Snapshot file refused: it is unsigned or signed with another host's key (not {}); \
@@ -205,6 +208,27 @@ impl Manager {
         self.store.put_snapshot(rec.clone()).await?;
         Ok(())
     }
+}
+
+/// What an unsigned file may not choose: trusting it trusts its filesystem, not its
+/// policy. Its network (egress lists included), volumes and limits become a create's
+/// defaults; a restore from it takes others as a create would (`network`, `cpus`, ...).
+fn strip_policy(rec: &mut SnapshotRecord) {
+    let defaults = crate::backend::NetworkSpec {
+        internet: api_types::NetworkModeName::default() == api_types::NetworkModeName::Internet,
+        allow_out: Vec::new(),
+        deny_out: Vec::new(),
+    };
+    if rec.boot.network != defaults || !rec.boot.volumes.is_empty() {
+        tracing::info!(snapshot = %rec.view.id, "an unsigned snapshot file's network and volumes dropped: the defaults apply");
+    }
+    rec.boot.network = defaults;
+    rec.boot.volumes.clear();
+    rec.boot.secrets.clear();
+    rec.boot.cpus = api_types::DEFAULT_CPUS;
+    rec.boot.memory_mb = api_types::DEFAULT_MEMORY_MB;
+    rec.view.cpus = rec.boot.cpus;
+    rec.view.memory_mb = rec.boot.memory_mb;
 }
 
 /// An imported record's resources and environment must pass what a create passes.
