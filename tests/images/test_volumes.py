@@ -4,6 +4,8 @@ restore mounts it again by name)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from sandfork import Client, FileSystemMount, Sandbox, SandforkError, Snapshot, Volume
@@ -78,6 +80,8 @@ def test_bad_volume_requests_are_refused(daemon) -> None:
         ({"name": "Bad Name"}, 400),
         ({"name": "x", "size_mb": 1}, 400),
         ({"name": "x", "size_mb": 1 << 30}, 400),
+        # More than the host disk can give (its free space less the reserve).
+        ({"name": "x", "size_mb": (shutil.disk_usage(daemon.data_dir).free >> 20) + 1024}, 400),
     ]:
         with pytest.raises(SandforkError) as e:
             client.request_json("POST", "/v1/volumes", json_body=body)

@@ -254,7 +254,7 @@ pub(super) fn ports_list(mut ports: Vec<u16>) -> Result<Vec<u16>> {
 
 /// Disks are thin, but one asked larger than what the host disk has free beyond its
 /// reserve could fill the host disk on its own: it is refused (`0` is the image's size).
-fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Result<()> {
+pub(super) fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Result<()> {
     let Some(free_mb) = disk.map(|d| d.free_mb) else {
         return Ok(());
     };
