@@ -53,13 +53,15 @@ impl Lists {
         }
     }
 
-    /// With a name in `allow_out`, only allowed names resolve; with addresses alone,
-    /// every name not denied resolves (connections are still held to the addresses); with
-    /// 0.0.0.0/0 denied, none does.
+    /// With a name in `allow_out`, only allowed names resolve. With an `allow_out` of
+    /// addresses alone, none does: the sandbox needs no name, and a query that goes
+    /// upstream would be a way out past its addresses (data in the names asked). With
+    /// 0.0.0.0/0 denied, none does either; with no `allow_out`, every name not denied.
     fn policy(&self) -> Policy {
+        let addresses_only = !self.allow.is_empty() && self.names.allow.is_empty();
         Policy {
             allow_list: !self.names.allow.is_empty(),
-            closed: self.deny.iter().any(|c| c.prefix == 0),
+            closed: addresses_only || self.deny.iter().any(|c| c.prefix == 0),
             names: self.names.clone(),
         }
     }
