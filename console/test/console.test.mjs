@@ -200,3 +200,72 @@ test("a session whose token is gone goes back to the login page", async () => {
   await page.waitForSelector("form.login");
   assert.equal(await page.locator("svg.lineage").count(), 0);
 });
+
+// A hostile sandbox's page, reached through the path route on the API's own origin, with
+// the operator logged in to the console in the same browser: it gets no token, stores
+// nothing for that origin and registers no service worker (docs/SECURITY.md, gateway).
+const HOSTILE = `<!doctype html><meta charset="utf-8"><title>hostile</title><body><script>
+(async () => {
+  const r = { origin: String(self.origin) };
+  try { r.token = sessionStorage.getItem("sandfork-token") ?? "none"; } catch (e) { r.token = "blocked:" + e.name; }
+  try { document.cookie = "planted=1; path=/"; r.cookie = document.cookie || "none"; } catch (e) { r.cookie = "blocked:" + e.name; }
+  for (const [k, scope] of [["sw_root", "/"], ["sw_own", "./"]]) {
+    try { await navigator.serviceWorker.register("sw.js", { scope }); r[k] = "registered"; } catch (e) { r[k] = "refused:" + (e && e.name); }
+  }
+  document.body.id = "probed";
+  document.body.textContent = JSON.stringify(r);
+})();
+</script></body>`;
+
+async function probe(target) {
+  await target.waitForSelector("body#probed", { timeout: 30_000 });
+  return JSON.parse(await target.textContent("body#probed"));
+}
+
+test("a sandbox's page on the API's origin gets no token and registers no service worker", async () => {
+  const sb = await api("POST", "/v1/sandboxes", { image: "busybox", memory_mb: 64 });
+  try {
+    await upload(sb.id, "/www/index.html", new TextEncoder().encode(HOSTILE));
+    await upload(sb.id, "/www/sw.js", new TextEncoder().encode("self.addEventListener('fetch', () => {});"));
+    await api("POST", `/v1/sandboxes/${sb.id}/processes`, { command: "busybox", args: ["httpd", "-f", "-p", "8080", "-h", "/www"] });
+    const url = await api("POST", `/v1/sandboxes/${sb.id}/port-urls`, { port: 8080 });
+    // Logged in to the console in this tab: the token is in its session storage.
+    await page.goto(`${base}/ui/`);
+    if (await page.locator("form.login").count()) {
+      await page.fill("input[name=token]", TOKEN);
+      await page.click("form.login button");
+    }
+    await page.waitForFunction(() => sessionStorage.getItem("sandfork-token"));
+    for (let i = 0; ; i++) {
+      const res = await fetch(base + url.signed_path);
+      if (res.ok) break;
+      if (i > 100) throw new Error(`the sandbox's page did not come up: ${res.status}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    // Opened in the same tab, and by a link into a new one.
+    await page.goto(base + url.signed_path);
+    const same = await probe(page);
+    const other = await page.context().newPage();
+    await other.goto(base + url.signed_path);
+    const opened = await probe(other);
+    await other.close();
+    for (const [how, r] of [["same tab", same], ["new tab", opened]]) {
+      assert.equal(r.origin, "null", `${how}: the page runs in an opaque origin: ${JSON.stringify(r)}`);
+      assert.ok(!JSON.stringify(r).includes(TOKEN), `${how}: the page read the token: ${JSON.stringify(r)}`);
+      assert.match(r.token, /^blocked:/, `${how}: ${JSON.stringify(r)}`);
+      assert.match(r.cookie, /^blocked:/, `${how}: ${JSON.stringify(r)}`);
+      assert.match(r.sw_root, /^refused:/, `${how}: ${JSON.stringify(r)}`);
+      assert.match(r.sw_own, /^refused:/, `${how}: ${JSON.stringify(r)}`);
+    }
+    // The console in the tab is untouched: back to it, still logged in.
+    await page.goto(`${base}/ui/#/`);
+    await page.waitForSelector(`tr[data-id="${sb.id}"]`);
+    assert.equal(await page.evaluate(() => navigator.serviceWorker.getRegistrations().then((r) => r.length)), 0);
+    // A service worker script is never served on the API's origin, whatever the page asks.
+    const [path, query] = url.signed_path.split("?");
+    const sw = await fetch(`${base}${path}sw.js?${query}`, { headers: { "service-worker": "script" } });
+    assert.equal(sw.status, 403);
+  } finally {
+    await api("DELETE", `/v1/sandboxes/${sb.id}`);
+  }
+});

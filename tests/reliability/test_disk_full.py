@@ -234,17 +234,24 @@ def event_types(sb: Sandbox) -> List[str]:
 WRITER = "dd if=/dev/urandom of=/root/g.bin bs=1M count=24 && sync && md5sum /root/g.bin > /root/g.md5 && sync && touch /root/done"
 
 
-@pytest.mark.fault(FAULT)
-def test_synced_writes_survive_a_full_disk(full_daemon, faults) -> None:
-    """A sandbox writes and syncs 24 MiB while the host disk is full: its writes are held, never dropped; the API and the events say so; once space is freed they go through, the data reads back after the host's caches are dropped, the root stays writable and a checkpoint succeeds."""
-    d, fs = full_daemon
-    c = client_of(d)
+def writer_held_on_a_full_disk(c: Client, fs: SmallFs, faults, what: str) -> Sandbox:
+    """A sandbox writing and syncing (``WRITER``) with the host disk full; records that it
+    is reported ``disk_full``."""
     sb = sandbox_with_precious_file(c)
     os.sync()
     fs.fill(leave=0)
     sb.start_process("sh", ["-c", WRITER])
     ok, detail = wait_until("reported disk_full", lambda: sandbox_doc(c, sb).get("disk_full") is True)
-    faults.injected("synced writes on a full disk: the sandbox is reported disk_full", ok, detail)
+    faults.injected(f"{what}: the sandbox is reported disk_full", ok, detail)
+    return sb
+
+
+@pytest.mark.fault(FAULT)
+def test_synced_writes_survive_a_full_disk(full_daemon, faults) -> None:
+    """A sandbox writes and syncs 24 MiB while the host disk is full: its writes are held, never dropped; the API and the events say so; once space is freed they go through, the data reads back after the host's caches are dropped, the root stays writable and a checkpoint succeeds."""
+    d, fs = full_daemon
+    c = client_of(d)
+    sb = writer_held_on_a_full_disk(c, fs, faults, "synced writes on a full disk")
     faults.injected("synced writes on a full disk: a disk_full event", "disk_full" in event_types(sb), str(event_types(sb)))
     done = sb.run("test", ["-e", "/root/done"]).exit_code == 0
     faults.injected("synced writes on a full disk: the sync waits (is not acknowledged)", not done, "")
@@ -278,12 +285,7 @@ def test_terminate_while_writes_wait_for_space(full_daemon, faults) -> None:
     """A sandbox whose disk writes wait for space is terminated: the terminate completes (the held writes are given up) and leaves nothing behind."""
     d, fs = full_daemon
     c = client_of(d)
-    sb = sandbox_with_precious_file(c)
-    os.sync()
-    fs.fill(leave=0)
-    sb.start_process("sh", ["-c", WRITER])
-    ok, detail = wait_until("reported disk_full", lambda: sandbox_doc(c, sb).get("disk_full") is True)
-    faults.injected("terminate on a full disk: the sandbox is reported disk_full first", ok, detail)
+    sb = writer_held_on_a_full_disk(c, fs, faults, "terminate on a full disk")
     try:
         sb.terminate()
         ok, detail = True, ""

@@ -59,6 +59,30 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// A JSON array of strings as one space-separated line ("" when absent).
+pub fn joined(v: &Value) -> String {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// A JSON object of strings as `k=v` pairs on one line ("" when absent).
+pub fn pairs(v: &Value) -> String {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

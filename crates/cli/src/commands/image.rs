@@ -360,28 +360,6 @@ async fn inspect(client: &Client, name: &str, json: bool) -> Result<i32> {
         output::json(&image);
         return Ok(0);
     }
-    let list = |k: &str| {
-        image[k]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|v| v.as_str().unwrap_or_default().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default()
-    };
-    let map = |k: &str| {
-        image[k]
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default()
-    };
     let rows = [
         ("name", output::field(&image, "name")),
         ("source", output::field(&image, "source")),
@@ -391,11 +369,11 @@ async fn inspect(client: &Client, name: &str, json: bool) -> Result<i32> {
         ("created", output::field(&image, "created_at")),
         ("working dir", output::field(&image, "working_dir")),
         ("user", output::field(&image, "user")),
-        ("entrypoint", list("entrypoint")),
-        ("cmd", list("cmd")),
-        ("ports", list("exposed_ports")),
-        ("env", map("env")),
-        ("labels", map("labels")),
+        ("entrypoint", output::joined(&image["entrypoint"])),
+        ("cmd", output::joined(&image["cmd"])),
+        ("ports", output::joined(&image["exposed_ports"])),
+        ("env", output::pairs(&image["env"])),
+        ("labels", output::pairs(&image["labels"])),
     ];
     for (k, v) in rows {
         println!("{k:<12} {v}");

@@ -483,26 +483,6 @@ pub async fn inspect(client: &Client, id: &str, json: bool) -> Result<i32> {
         return Ok(0);
     }
     let f = |k: &str| output::field(&sb, k);
-    let joined = |v: &Value| {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default()
-    };
-    let pairs = |v: &Value| {
-        v.as_object()
-            .map(|o| {
-                o.iter()
-                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default()
-    };
     let net = &sb["network"];
     let fork = sb["fork"]
         .as_object()
@@ -528,9 +508,9 @@ pub async fn inspect(client: &Client, id: &str, json: bool) -> Result<i32> {
         ("disk full", f("disk_full")),
         ("network", output::field(net, "mode")),
         ("address", output::field(net, "address")),
-        ("allow out", joined(&net["allow_out"])),
-        ("deny out", joined(&net["deny_out"])),
-        ("labels", pairs(&sb["labels"])),
+        ("allow out", output::joined(&net["allow_out"])),
+        ("deny out", output::joined(&net["deny_out"])),
+        ("labels", output::pairs(&sb["labels"])),
         (
             "timeout",
             format!("{} s ({})", f("timeout_secs"), f("on_timeout")),

@@ -39,6 +39,14 @@ const HOP_BY_HOP: [&str; 7] = [
 ];
 
 /// `ANY /v1/sandboxes/{id}/ports/{port}` and `…/{port}/{*rest}`.
+///
+/// A path-routed port shares the API's origin (and the console's), so what the sandbox
+/// serves there must not act as that origin: its responses are served with
+/// `Content-Security-Policy: sandbox` (the page runs in an opaque origin: no storage,
+/// cookies or service workers of the API's origin), without the headers that would act on
+/// the origin (`Set-Cookie`, `Service-Worker-Allowed`, `Clear-Site-Data`, its own CSP), and
+/// a service worker script is never served. A sandbox's app that needs an origin of its
+/// own is reached by host (`{port}-{id}.<gateway domain>`), which is not the API's.
 pub async fn by_path(
     State(m): State<AppState>,
     Path(params): Path<Vec<(String, String)>>,
@@ -49,8 +57,47 @@ pub async fn by_path(
         return ApiError(Error::NotFound("No such route".into())).into_response();
     };
     let rest = get("rest").unwrap_or_default();
+    if req.headers().contains_key(SERVICE_WORKER) {
+        return ApiError(Error::Forbidden(format!(
+            "A sandbox's port reached by path shares the API's origin and serves no \
+             service worker; reach port {port} by host ({port}-{id}.{}) instead",
+            m.gateway_domain()
+        )))
+        .into_response();
+    }
     let prefix = format!("/v1/sandboxes/{id}/ports/{port}");
-    forward(&m, &id, &port, &format!("/{rest}"), Some(prefix), req).await
+    let mut resp = forward(&m, &id, &port, &format!("/{rest}"), Some(prefix), req).await;
+    confine_to_opaque_origin(resp.headers_mut());
+    resp
+}
+
+/// The request header a browser sends when it fetches a service worker script.
+const SERVICE_WORKER: &str = "service-worker";
+
+/// Response headers a path-routed sandbox page may not send: each acts on the API's
+/// origin (cookies, service worker scope, stored data) or would relax the policy below.
+const ORIGIN_HEADERS: [&str; 5] = [
+    "set-cookie",
+    "service-worker-allowed",
+    "clear-site-data",
+    "content-security-policy",
+    "content-security-policy-report-only",
+];
+
+/// What a path-routed page runs under: scripts, forms, popups and downloads work, but in
+/// an opaque origin (no `allow-same-origin`), so nothing of the API's origin is its own.
+const PATH_ROUTE_CSP: &str = "sandbox allow-scripts allow-forms allow-popups \
+    allow-popups-to-escape-sandbox allow-modals allow-downloads";
+
+/// Makes a path-routed response harmless to the origin it shares with the API.
+fn confine_to_opaque_origin(headers: &mut HeaderMap) {
+    for name in ORIGIN_HEADERS {
+        headers.remove(name);
+    }
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(PATH_ROUTE_CSP),
+    );
 }
 
 /// The sandbox and port a `Host` header names under `domain` (`{port}-{id}.{domain}`).
@@ -309,6 +356,42 @@ mod tests {
             None
         );
         assert_eq!(passed_query(None), None);
+    }
+
+    #[test]
+    fn a_path_routed_page_cannot_act_as_the_api_origin() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("set-cookie", "session=x; Path=/"),
+            ("service-worker-allowed", "/"),
+            ("clear-site-data", "\"storage\""),
+            ("content-security-policy", "default-src *"),
+            ("content-type", "text/html"),
+        ] {
+            h.append(k, HeaderValue::from_static(v));
+        }
+        confine_to_opaque_origin(&mut h);
+        for gone in ORIGIN_HEADERS
+            .iter()
+            .filter(|n| **n != "content-security-policy")
+        {
+            assert!(!h.contains_key(*gone), "{gone} passed");
+        }
+        let csp = h
+            .get_all(header::CONTENT_SECURITY_POLICY)
+            .iter()
+            .collect::<Vec<_>>();
+        assert_eq!(
+            csp.len(),
+            1,
+            "the sandbox's own policy is replaced, not added to"
+        );
+        let csp = csp[0].to_str().unwrap();
+        assert!(
+            csp.starts_with("sandbox ") && !csp.contains("allow-same-origin"),
+            "{csp}"
+        );
+        assert_eq!(h["content-type"], "text/html");
     }
 
     #[test]
