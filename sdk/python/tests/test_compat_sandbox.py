@@ -46,7 +46,7 @@ def test_create_with_defaults(sb: Sandbox) -> None:
     # sandbox = Sandbox.create()   (docs: sandboxes/snapshots)
     info = sb.info()
     assert sb.status == SandboxStatus.RUNNING
-    assert (info.resources.cpus, info.resources.memory_mb) == (1.0, 1024)
+    assert (info.resources.cpus, info.resources.memory_mb) == (1.0, 512)  # the daemon's defaults (docs/api.md)
     assert info.network == NetworkConfig(allow_internet_access=True, allow_out=[], deny_out=[])
     assert isinstance(info.created_at, datetime) and info.namespace == "default"
 
