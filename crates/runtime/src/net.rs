@@ -49,15 +49,17 @@ pub fn counters(pid: u32) -> crate::NetCounters {
     sum
 }
 
-/// Connects to TCP `port` on the loopback of the network namespace process `pid` is in
-/// (`127.0.0.1`, then `::1`). The socket stays in that namespace; the connect runs on a
-/// thread of its own that enters the namespace and ends, so no other thread moves.
+/// Connects to TCP `port` on the loopback of the network namespace pinned at `ns`
+/// ([`netns_path`]: the file, not a pid, which a dead sandbox's process could hand to
+/// another), trying `127.0.0.1`, then `::1`. The socket stays in that namespace; the
+/// connect runs on a thread of its own that enters the namespace and ends, so no other
+/// thread moves.
 pub fn connect_in_netns(
-    pid: u32,
+    ns: &Path,
     port: u16,
     timeout: std::time::Duration,
 ) -> std::io::Result<std::net::TcpStream> {
-    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    let ns = std::fs::File::open(ns)?;
     std::thread::scope(|s| {
         s.spawn(|| {
             nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)?;

@@ -32,13 +32,15 @@ impl Token {
 #[derive(Debug, Clone, Copy)]
 pub struct Authenticated;
 
-/// Marks `req` [`Authenticated`] when it carries `token`; refuses nothing.
+/// Marks `req` [`Authenticated`] when it carries `token` (a WebSocket upgrade may carry it
+/// as `access_token`, taken out of the query so that it never reaches a sandbox's port);
+/// refuses nothing.
 pub(super) fn mark_request(token: &Token, req: &mut Request) {
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if token.accepts(given) {
+    if token.accepts(given) || websocket_token(token, req) {
         req.extensions_mut().insert(Authenticated);
     }
 }
@@ -165,5 +167,21 @@ mod tests {
         ] {
             assert!(!t.accepts(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_port_websocket_marked_by_its_query_token_loses_it() {
+        let t = Token::new("s3 cret".into());
+        let mut req = upgrade("/v1/sandboxes/x/ports/80/ws?a=1&access_token=s3%20cret");
+        mark_request(&t, &mut req);
+        assert!(req.extensions().get::<Authenticated>().is_some());
+        assert_eq!(req.uri().to_string(), "/v1/sandboxes/x/ports/80/ws?a=1");
+        let mut other = upgrade("/v1/sandboxes/x/ports/80/ws?access_token=theirs");
+        mark_request(&t, &mut other);
+        assert!(other.extensions().get::<Authenticated>().is_none());
+        assert!(
+            other.uri().to_string().ends_with("access_token=theirs"),
+            "the app's own"
+        );
     }
 }

@@ -238,11 +238,17 @@ fn credentials(req: &Request) -> PortCredentials {
 /// The query without the gateway's own parameters (`None` when nothing is left).
 fn passed_query(query: Option<&str>) -> Option<String> {
     let query = query?;
+    // Names compared as decoded, as the credentials were read: `sandfork%5Ftoken` is the
+    // gateway's too, and never reaches the sandbox.
     let kept: Vec<&str> = query
         .split('&')
         .filter(|p| {
-            let name = p.split('=').next().unwrap_or("");
-            ![TOKEN_PARAM, EXPIRES_PARAM, SIGNATURE_PARAM].contains(&name)
+            let raw = p.split('=').next().unwrap_or("");
+            let name: String = form_urlencoded::parse(raw.as_bytes())
+                .next()
+                .map(|(k, _)| k.into_owned())
+                .unwrap_or_default();
+            ![TOKEN_PARAM, EXPIRES_PARAM, SIGNATURE_PARAM].contains(&name.as_str())
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join("&"))
@@ -356,6 +362,11 @@ mod tests {
             None
         );
         assert_eq!(passed_query(None), None);
+        // Encoded, the names are the gateway's all the same.
+        assert_eq!(
+            passed_query(Some("sandfork%5Ftoken=x&a=1&sandfork_%65xpires=1")),
+            Some("a=1".into())
+        );
     }
 
     #[test]

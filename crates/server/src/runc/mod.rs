@@ -392,11 +392,10 @@ impl Backend for RuncBackend {
     }
 
     async fn connect_port(&self, id: &str, port: u16) -> BackendResult<tokio::net::TcpStream> {
-        let pid = self.agent(id)?.pid().ok_or_else(|| {
-            BackendError::Unavailable(format!("Sandbox {id} has no known init process"))
-        })?;
+        self.agent(id)?;
+        let ns = runtime::net::netns_path(&runtime::layout::Names::for_id(id).netns);
         let connect = tokio::task::spawn_blocking(move || {
-            runtime::net::connect_in_netns(pid, port, CONNECT_TIMEOUT)
+            runtime::net::connect_in_netns(&ns, port, CONNECT_TIMEOUT)
         });
         let stream = connect
             .await
