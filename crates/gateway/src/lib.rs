@@ -198,6 +198,7 @@ pub async fn run(
     let limits = server::listen::Limits {
         max_connections: 4096,
         header_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(120),
     };
     let app = routes::router(g.clone());
     let serving = tokio::spawn(server::listen::serve(listener, app, limits, tls, rx));

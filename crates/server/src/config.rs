@@ -54,6 +54,8 @@ pub struct Config {
     pub max_connections: usize,
     /// How long a client may take to send a request's headers (or a TLS handshake).
     pub header_timeout_secs: u64,
+    /// A connection with no request or response in flight this long is closed.
+    pub idle_timeout_secs: u64,
     /// The image of sandboxes created without one (built on first use when built-in).
     pub default_image: String,
     /// Most sandboxes alive at once (not terminated or failed).
@@ -175,6 +177,7 @@ impl Default for Config {
             allow_insecure_remote: false,
             max_connections: 1024,
             header_timeout_secs: 10,
+            idle_timeout_secs: 120,
             default_image: "python".into(),
             max_sandboxes: 256,
             max_memory_mb: 0,
@@ -264,9 +267,11 @@ impl Config {
                 "tls_cert and tls_key go together".into(),
             ));
         }
-        if self.max_connections == 0 || self.header_timeout_secs == 0 {
+        if self.max_connections == 0 || self.header_timeout_secs == 0 || self.idle_timeout_secs == 0
+        {
             return Err(ConfigError::Invalid(
-                "max_connections and header_timeout_secs must be at least 1".into(),
+                "max_connections, header_timeout_secs and idle_timeout_secs must be at least 1"
+                    .into(),
             ));
         }
         if !(self.memory_overcommit.is_finite() && self.memory_overcommit > 0.0) {

@@ -127,6 +127,7 @@ impl Daemon {
         let limits = Limits {
             max_connections: config.max_connections,
             header_timeout: std::time::Duration::from_secs(config.header_timeout_secs),
+            idle_timeout: std::time::Duration::from_secs(config.idle_timeout_secs),
         };
         let unix_app = api::router(self.manager.clone(), None);
         let unix = tokio::spawn(listen::serve(self.unix, unix_app, limits, None, rx.clone()));

@@ -1,7 +1,9 @@
 //! Serving the API on a listener with bounds a network client cannot get around: at most
 //! `max_connections` connections at once (more wait in the kernel's backlog), request
-//! headers within `header_timeout` (a slow-loris client is cut off), and TLS on TCP when
-//! the daemon is given a certificate (required for non-loopback listeners).
+//! headers within `header_timeout` (a slow-loris client is cut off), a connection with no
+//! request or response in flight closed after `idle_timeout` (an HTTP/2 client that only
+//! answers pings holds no slot for good), and TLS on TCP when the daemon is given a
+//! certificate (required for non-loopback listeners).
 //!
 //! axum's own `serve` has no such knobs; this is its accept loop with hyper's connection
 //! builder for HTTP/1.1 (upgrades allowed) and HTTP/2 (prior knowledge on plain TCP, ALPN
@@ -27,6 +29,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// For a request's headers, and for a TLS handshake.
     pub header_timeout: Duration,
+    /// A connection with nothing in flight this long is closed (HTTP/2: GOAWAY).
+    pub idle_timeout: Duration,
 }
 
 /// Why TLS could not be set up.
@@ -153,7 +157,8 @@ async fn serve_one<I>(io: I, app: Router, limits: Limits, mut stop: watch::Recei
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = TowerToHyperService::new(app);
+    let activity = Arc::new(Activity::new());
+    let service = TowerToHyperService::new(busy_while_serving(app, activity.clone()));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -166,12 +171,111 @@ where
     let io = FirstReadDeadline::new(io, limits.header_timeout);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => return,
-        _ = stop.wait_for(|s| *s) => {}
+    let mut tick = tokio::time::interval((limits.idle_timeout / 4).max(Duration::from_millis(100)));
+    loop {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = stop.wait_for(|s| *s) => break,
+            _ = tick.tick() => if activity.idle_for() >= limits.idle_timeout { break },
+        }
     }
     conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    // HTTP/2's goodbye waits for the client to answer a ping: one that never does is cut
+    // off (dropping the connection closes it), and so is one still idle.
+    loop {
+        let closing = tokio::time::timeout(limits.header_timeout, conn.as_mut()).await;
+        if closing.is_ok() || activity.idle_for() >= limits.header_timeout {
+            return;
+        }
+    }
+}
+
+/// What one connection has in flight, for its idle timeout: a request counts from when it
+/// comes until its response body is done (a stream of output keeps it busy).
+struct Activity {
+    busy: std::sync::atomic::AtomicUsize,
+    last: std::sync::Mutex<std::time::Instant>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            busy: std::sync::atomic::AtomicUsize::new(0),
+            last: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
+
+    fn idle_for(&self) -> Duration {
+        if self.busy.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        self.last.lock().map(|t| t.elapsed()).unwrap_or_default()
+    }
+
+    fn begin(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(self.clone())
+    }
+}
+
+/// One request in flight on a connection; done when dropped.
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.0.last.lock() {
+            *t = std::time::Instant::now();
+        }
+        self.0
+            .busy
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection busy until it is done or dropped.
+struct BusyBody {
+    inner: axum::body::Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `app`, with every request and its response body counted in `activity`.
+fn busy_while_serving(
+    app: Router,
+    activity: Arc<Activity>,
+) -> impl tower::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+> + Clone {
+    tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let busy = activity.begin();
+        let app = app.clone();
+        async move {
+            let resp = tower::ServiceExt::oneshot(app, req).await?;
+            Ok(resp.map(|inner| axum::body::Body::new(BusyBody { inner, _busy: busy })))
+        }
+    })
 }
 
 /// A connection whose first bytes must come within a deadline. The builder reads them to

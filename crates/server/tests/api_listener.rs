@@ -131,3 +131,43 @@ fn connections_are_bounded_and_slow_clients_cut_off() {
     // The API still answers on the socket meanwhile and afterwards.
     assert_eq!(d.client().get("/v1/health").0, hyper::StatusCode::OK);
 }
+
+#[test]
+fn an_idle_connection_is_closed_http1_and_http2() {
+    let t = tls_files();
+    let d = TestDaemon::with(|c| {
+        c.listen = Some("127.0.0.1:0".parse().unwrap());
+        c.token_file = Some(t.token.clone());
+        c.idle_timeout_secs = 1;
+        c.header_timeout_secs = 2;
+    });
+    let addr = d.tcp.expect("tcp listener");
+    // HTTP/1.1 kept alive after one request, then nothing.
+    let mut h1 = TcpStream::connect(addr).unwrap();
+    h1.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req =
+        format!("GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n");
+    h1.write_all(req.as_bytes()).unwrap();
+    // HTTP/2 with prior knowledge that never sends a request (it would answer pings).
+    let mut h2 = TcpStream::connect(addr).unwrap();
+    h2.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    let started = Instant::now();
+    for (what, s) in [("http/1.1", &mut h1), ("http/2", &mut h2)] {
+        let mut all = Vec::new();
+        let closed = s.read_to_end(&mut all).is_ok();
+        assert!(closed, "{what}: still open after {:?}", started.elapsed());
+        if what == "http/1.1" {
+            assert!(
+                String::from_utf8_lossy(&all).starts_with("HTTP/1.1 200"),
+                "{what}"
+            );
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "closed by the idle timeout"
+    );
+    assert_eq!(d.client().get("/v1/health").0, hyper::StatusCode::OK);
+}
