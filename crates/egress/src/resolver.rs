@@ -116,6 +116,10 @@ pub struct Resolver {
 
 struct Shared {
     policy: Arc<RwLock<Arc<Policy>>>,
+    /// Held (shared) while an answer's addresses are learned, and (exclusively) while the
+    /// policy is replaced: an answer asked under a policy since replaced is learned only
+    /// if the new one allows its name too, so a revocation's emptied sets stay empty of it.
+    gate: tokio::sync::RwLock<()>,
     config: Arc<ResolverConfig>,
     learn: Arc<dyn Learn>,
 }
@@ -134,6 +138,7 @@ impl Resolver {
         let policy = Arc::new(RwLock::new(Arc::new(policy)));
         let shared = Arc::new(Shared {
             policy: policy.clone(),
+            gate: tokio::sync::RwLock::new(()),
             config,
             learn,
         });
@@ -158,7 +163,10 @@ impl Resolver {
     /// Replaces the policy; questions from now on meet the new one, and the addresses of
     /// its denied names are learned before this returns.
     pub async fn set_policy(&self, policy: Policy) {
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        {
+            let _learning = self.shared.gate.write().await;
+            *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        }
         refresh_denied(&self.shared).await;
     }
 
@@ -367,6 +375,18 @@ async fn decide(msg: &Message, shared: &Shared, tcp: bool) -> Result<Message, Re
         .map_err(|_| ResponseCode::ServFail)?;
     filter_answers(&mut up, &shared.config);
     if verdict == Verdict::Allowed {
+        let _learning = shared.gate.read().await;
+        let now = shared
+            .policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let still = Arc::ptr_eq(&now, &policy)
+            || (!now.closed && now.names.verdict(&name) == Verdict::Allowed);
+        if !still {
+            // Revoked while the upstream answered.
+            return Err(ResponseCode::NXDomain);
+        }
         let learned = Learned {
             allowed: a_records(&up),
             ..Learned::default()

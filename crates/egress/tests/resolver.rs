@@ -15,7 +15,7 @@ use tokio::net::UdpSocket;
 
 /// An authoritative-ish upstream for a handful of `.test` names.
 async fn upstream() -> SocketAddr {
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     let addr = sock.local_addr().unwrap();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
@@ -44,6 +44,16 @@ async fn upstream() -> SocketAddr {
                 }
                 ("bad.test.", RecordType::A) => {
                     r.add_answer(a([203, 0, 113, 66]));
+                }
+                ("slow.test.", RecordType::A) => {
+                    // Answered half a second late: a policy can change meanwhile.
+                    r.add_answer(a([203, 0, 113, 9]));
+                    let (sock, bytes) = (sock.clone(), r.to_vec().unwrap());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                        sock.send_to(&bytes, from).await.unwrap();
+                    });
+                    continue;
                 }
                 (_, RecordType::AAAA) => {
                     r.add_answer(Record::from_rdata(
@@ -316,5 +326,34 @@ async fn a_shut_down_resolver_lets_go_of_its_address_for_the_next() {
     assert_eq!(
         addrs(&ask(again.local_addr(), "public.test", RecordType::A).await),
         [Ipv4Addr::new(203, 0, 113, 5)]
+    );
+}
+
+#[tokio::test]
+async fn an_answer_that_comes_after_its_name_was_revoked_is_not_learned() {
+    let (r, sink) = start(Policy {
+        names: rules(&["slow.test", "public.test"], &[]),
+        allow_list: true,
+        closed: false,
+    })
+    .await;
+    let addr = r.local_addr();
+    let asked = tokio::spawn(async move { ask(addr, "slow.test", RecordType::A).await });
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    r.set_policy(Policy {
+        names: rules(&["public.test"], &[]),
+        allow_list: true,
+        closed: false,
+    })
+    .await;
+    let answer = asked.await.unwrap();
+    assert_eq!(answer.response_code(), ResponseCode::NXDomain, "{answer:?}");
+    let learned: Vec<Learned> = sink.0.lock().unwrap().clone();
+    assert!(
+        learned.iter().all(|l| l
+            .allowed
+            .iter()
+            .all(|(a, _)| *a != Ipv4Addr::new(203, 0, 113, 9))),
+        "learned under the revoked policy: {learned:?}"
     );
 }
