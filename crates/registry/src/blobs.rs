@@ -153,6 +153,17 @@ impl BlobStore {
     /// A writer for blob `digest` of `size` bytes; [`BlobWriter::finish`] verifies and
     /// stores it. A writer dropped unfinished removes its temporary file.
     pub async fn writer(&self, digest: &Digest, size: u64) -> Result<BlobWriter> {
+        // The size is the registry's word, checked as it streams; a blob the host disk has
+        // no room for is refused before a byte is written.
+        let free = nix::sys::statvfs::statvfs(&self.dir)
+            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
+            .unwrap_or(u64::MAX);
+        if size > free {
+            return Err(PullError::io(
+                &self.dir,
+                std::io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32),
+            ));
+        }
         let tmp = self.temp_path()?;
         let file = tokio::fs::File::create(&tmp)
             .await

@@ -29,9 +29,20 @@ async fn a_full_disk_mid_blob_leaves_nothing() {
     .unwrap();
     let _guard = Tmpfs(mnt.clone());
     let store = BlobStore::open(&mnt).unwrap();
-    let data = vec![7u8; 2 << 20];
+    // A blob declared larger than the disk's free space is refused before a byte is written.
+    let huge = Digest::of(b"huge");
+    let refused = store
+        .writer(&huge, 2 << 20)
+        .await
+        .err()
+        .expect("2 MiB declared");
+    assert!(refused.is_disk_full(), "{refused:?}");
+    assert_eq!(std::fs::read_dir(mnt.join("tmp")).unwrap().count(), 0);
+    // One that fits when it starts, while something else then takes the room.
+    let data = vec![7u8; 768 << 10];
     let digest = Digest::of(&data);
     let mut w = store.writer(&digest, data.len() as u64).await.unwrap();
+    std::fs::write(mnt.join("other"), vec![1u8; 512 << 10]).unwrap();
     let wrote = async {
         w.write_all(&data).await?;
         w.flush().await
@@ -46,7 +57,10 @@ async fn a_full_disk_mid_blob_leaves_nothing() {
                 source: e,
             }
         }
-        Ok(()) => w.finish().await.expect_err("2 MiB cannot fit in 1 MiB"),
+        Ok(()) => w
+            .finish()
+            .await
+            .expect_err("768 KiB and 512 KiB cannot fit in 1 MiB"),
     };
     assert!(e.is_disk_full(), "{e:?}");
     assert!(!store.has(&digest));

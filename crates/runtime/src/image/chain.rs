@@ -18,6 +18,20 @@ use sha2::{Digest, Sha256};
 use super::{ext4_size, report, unpack, BuildDir, Images, ProgressFn};
 use crate::error::{Error, IoContext, Result};
 
+/// Refuses (as out of space) a layer that unpacks to `need` bytes where the host disk at
+/// `at` has fewer free: its declared sizes are read before anything is written.
+fn check_room(at: &Path, need: u64, layer: &Path) -> Result<()> {
+    let free = crate::space::free_bytes(at).at(at)?;
+    if need <= free {
+        return Ok(());
+    }
+    tracing::warn!(layer = %layer.display(), need_mb = need >> 20, free_mb = free >> 20, "an image layer unpacks to more than the host disk has free");
+    Err(Error::io(
+        at,
+        std::io::Error::from_raw_os_error(libc::ENOSPC),
+    ))
+}
+
 /// What an unpack and seal on `mounted` made, judged by its disk server too: a write the
 /// host had no room for fails inside the guest filesystem as an I/O error (or a freeze's,
 /// or not at all when the filesystem only logs it), so a layer whose disk lost any write
@@ -149,6 +163,9 @@ impl Images {
         pin: &str,
         work: &BuildDir,
     ) -> Result<(blockstore::LayerId, u64)> {
+        // Unpacked into a host directory, then made an ext4 image beside it: room for both
+        // first, so a layer whose stream expands past the host disk is refused unwritten.
+        check_room(work.path(), unpacked_size(layer)?.saturating_mul(2), layer)?;
         let root = work.path().join("bottom");
         std::fs::create_dir(&root).at(&root)?;
         unpack::unpack_layer(layer, &root, true).map_err(|source| Error::Layer {
@@ -178,6 +195,7 @@ impl Images {
     ) -> Result<(blockstore::LayerId, u64)> {
         let store = self.store();
         let grow = unpacked_size(layer)?;
+        check_room(store.root(), grow, layer)?;
         let size = (below.1 + grow + grow / 2).div_ceil(1 << 20) << 20;
         let disk = format!("chain-{}-{}-{index}", std::process::id(), work.serial());
         store
