@@ -114,6 +114,9 @@ def test_ctrl_c_straight_after_create_leaves_the_shell(daemon, debian: Sandbox) 
     term = Term(daemon, debian.id, pid)
     try:
         term.type("\x03")
+        # The shell took it (a fresh prompt after ^C); what is typed next reaches it whole.
+        term.expect(b"^C")
+        time.sleep(0.5)
         term.type("echo alive-$((6*7))\r")
         term.expect(b"alive-42")
         assert debian.get_process(pid).is_running(), "the shell survived the early Ctrl-C"
