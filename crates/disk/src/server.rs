@@ -212,6 +212,9 @@ impl Running {
             .map_err(Error::io("spawn the control thread"))?;
         let _ = self.stop.recv();
         eprintln!("disk server: shutting down");
+        // However asked to stop (the control socket or a signal), writes held for want of
+        // host space give up: nothing will read this disk again.
+        self.server.io.give_up.store(true, Ordering::Relaxed);
         let res = self.export.stop(Duration::from_secs(2));
         let flushed = self.server.backend.device().flush();
         let _ = std::fs::remove_file(layout::control_socket(&self.dir));
@@ -312,10 +315,11 @@ impl Server {
                 stats: Some(self.stats()),
                 ..Response::ok()
             }),
-            Request::Release | Request::Shutdown => {
+            Request::Release => {
                 self.io.give_up.store(true, Ordering::Relaxed);
                 Ok(Response::ok())
             }
+            Request::Shutdown => Ok(Response::ok()),
         };
         match res {
             Ok(mut r) => {

@@ -335,3 +335,57 @@ fn raw_request(run_dir: &Path, line: &str) -> String {
         .unwrap();
     answer
 }
+
+/// Fills the filesystem of `dir` with one file; returns it.
+fn fill(dir: &Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let filler = dir.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let block = vec![0xa5u8; 1 << 20];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+    filler
+}
+
+#[test]
+fn a_server_holding_writes_for_space_stops_on_sigterm() {
+    let fx = Fixture::on_small_tmpfs(64);
+    fx.store
+        .create_disk("h", common::IMAGE_SIZE, Some(&fx.base))
+        .unwrap();
+    let opts = disk::MountOptions {
+        hold_when_full: true,
+        // tmpfs and O_DIRECT need not go together.
+        direct_io: false,
+        ..disk::MountOptions::default()
+    };
+    let m = fx.mount_with("h", opts);
+    let filler = fill(&fx.path("store"));
+    // A writer the host has no room for: its sync waits on the held writes.
+    let root = m.mountpoint().to_path_buf();
+    std::thread::spawn(move || {
+        let p = root.join("big");
+        let _ = std::fs::write(&p, pattern(3, 8 << 20))
+            .and_then(|()| std::fs::File::open(&p)?.sync_all());
+    });
+    let run_dir = fx.spec("h").run_dir;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while disk::stats_of(&run_dir).map_or(0, |s| s.io.held_writes) == 0 {
+        assert!(Instant::now() < deadline, "no write was held");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SIGTERM (as from a service manager) ends it although writes wait for space.
+    let pid = m.pid();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the disk server outlived SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_file(filler).unwrap();
+    within(Duration::from_secs(30), move || m.teardown()).ok();
+    fx.assert_clean();
+}

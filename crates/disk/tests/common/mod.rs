@@ -14,14 +14,38 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
     pub store: Store,
     pub base: LayerId,
+    /// The store lies on a tmpfs of the fixture's own (unmounted on drop).
+    tmpfs: bool,
 }
 
 impl Fixture {
     /// A store holding one base layer: ext4 with `/hello.txt` and `/etc/motd`.
     pub fn new() -> Fixture {
+        Fixture::with_store_on(None)
+    }
+
+    /// The same, with the store on a tmpfs of `mib` MiB: a host disk that can fill up.
+    pub fn on_small_tmpfs(mib: u64) -> Fixture {
+        Fixture::with_store_on(Some(mib))
+    }
+
+    fn with_store_on(tmpfs_mib: Option<u64>) -> Fixture {
         std::env::set_var("SANDFORK_DISK_BIN", env!("CARGO_BIN_EXE_sandfork-disk"));
         testkit::needs_root("FUSE, loop devices, mounts");
         let dir = testkit::data_dir("disk");
+        if let Some(mib) = tmpfs_mib {
+            let store = dir.path().join("store");
+            std::fs::create_dir_all(&store).unwrap();
+            let size = format!("size={mib}m");
+            nix::mount::mount(
+                Some("tmpfs"),
+                &store,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some(size.as_str()),
+            )
+            .unwrap();
+        }
         let rootfs = dir.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("etc")).unwrap();
         std::fs::write(rootfs.join("hello.txt"), "hello from the image\n").unwrap();
@@ -31,7 +55,12 @@ impl Fixture {
         let store = Store::open(&dir.path().join("store")).unwrap();
         let base = store.import_image(&image).unwrap();
         std::fs::remove_file(&image).unwrap();
-        Fixture { dir, store, base }
+        Fixture {
+            dir,
+            store,
+            base,
+            tmpfs: tmpfs_mib.is_some(),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -67,7 +96,11 @@ impl Fixture {
     /// Asserts nothing of this fixture is left: mounts, loop devices, servers.
     pub fn assert_clean(&self) {
         let root = self.dir.path().canonicalize().unwrap();
-        let left = testkit::traces_under(&root);
+        let store = format!("mount {}", root.join("store").display());
+        let left: Vec<_> = testkit::traces_under(&root)
+            .into_iter()
+            .filter(|t| !(self.tmpfs && *t == store))
+            .collect();
         assert!(left.is_empty(), "left on the host: {left:?}");
         let servers: Vec<_> = disk::mounts::disk_servers()
             .into_iter()
@@ -80,6 +113,10 @@ impl Fixture {
 impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = disk::cleanup_stale(self.dir.path());
+        if self.tmpfs {
+            let store = self.dir.path().join("store");
+            let _ = nix::mount::umount2(&store, nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 
