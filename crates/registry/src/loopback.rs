@@ -71,37 +71,30 @@ mod tests {
         assert_eq!(loopback_addr("docker.io"), None);
     }
 
+    /// A listener on loopback that answers one connection with `reply`; its address.
+    async fn answering(reply: &'static [u8]) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(reply).await;
+        });
+        addr
+    }
+
     #[tokio::test]
     async fn a_plain_http_listener_is_told_from_anything_else() {
-        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = http.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let (mut s, _) = http.accept().await.unwrap();
-            let mut buf = [0u8; 64];
-            let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"HTTP/1.0 401 Unauthorized\r\n\r\n").await;
-        });
-        assert!(speaks_plain_http(&format!("127.0.0.1:{port}")).await);
-        // What a TLS server answers to plain HTTP.
-        let https = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = https.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let (mut s, _) = https.accept().await.unwrap();
-            let mut buf = [0u8; 64];
-            let _ = s.read(&mut buf).await;
-            let _ = s.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n").await;
-        });
-        assert!(!speaks_plain_http(&format!("127.0.0.1:{port}")).await);
-        let tls_like = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = tls_like.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            let (mut s, _) = tls_like.accept().await.unwrap();
-            let mut buf = [0u8; 64];
-            let _ = s.read(&mut buf).await;
-            let _ = s
-                .write_all(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46])
-                .await;
-        });
-        assert!(!speaks_plain_http(&format!("127.0.0.1:{port}")).await);
+        let registry = answering(b"HTTP/1.0 401 Unauthorized\r\n\r\n").await;
+        assert!(speaks_plain_http(&registry).await);
+        // What a TLS server answers to plain HTTP, and a TLS alert.
+        let https = answering(
+            b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+        )
+        .await;
+        assert!(!speaks_plain_http(&https).await);
+        let tls = answering(&[0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46]).await;
+        assert!(!speaks_plain_http(&tls).await);
     }
 }

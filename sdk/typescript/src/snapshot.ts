@@ -25,22 +25,21 @@ export interface ForkFailure {
  * the Python SDK's is a list, plus the snapshot they came from and the children that did
  * not start (each child succeeds or fails on its own). */
 export class ForkResult extends Array<Sandbox> {
-  /** The snapshot the children started from. */
-  readonly snapshotId: string = "";
-  /** The children that did not start, with why. */
-  readonly errors: ForkFailure[] = [];
-
-  /** `map`, `filter` and the like give plain arrays. */
-  static override get [Symbol.species](): ArrayConstructor {
-    return Array;
+  /** @internal */
+  constructor(
+    /** The snapshot the children started from. */
+    readonly snapshotId: string,
+    sandboxes: Sandbox[],
+    /** The children that did not start, with why. */
+    readonly errors: ForkFailure[],
+  ) {
+    super();
+    this.push(...sandboxes);
   }
 
-  /** @internal */
-  static of_(snapshotId: string, sandboxes: Sandbox[], errors: ForkFailure[]): ForkResult {
-    const r = new ForkResult();
-    r.push(...sandboxes);
-    Object.assign(r, { snapshotId, errors });
-    return r;
+  /** `map`, `filter` and the like give plain arrays (never this constructor). */
+  static override get [Symbol.species](): ArrayConstructor {
+    return Array;
   }
 
   /** The children that started (the array itself, for code written against the older shape). */
@@ -59,7 +58,7 @@ export function forkResult(client: Client, doc: components["schemas"]["ForkResul
   const children = camelize<ForkChild[]>(doc.children);
   const started = children.filter((c) => c.sandbox).map((c) => new Sandbox(client, c.sandbox!));
   const failed = children.filter((c) => !c.sandbox).map((c) => ({ index: c.index, code: c.error?.code ?? "failed", message: c.error?.message ?? "the child did not start" }));
-  return ForkResult.of_(doc.snapshot_id, started, failed);
+  return new ForkResult(doc.snapshot_id, started, failed);
 }
 
 /** A snapshot. */

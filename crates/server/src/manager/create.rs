@@ -254,14 +254,25 @@ pub(super) fn ports_list(mut ports: Vec<u16>) -> Result<Vec<u16>> {
 
 /// Disks are thin, but one asked larger than what the host disk has free beyond its
 /// reserve could fill the host disk on its own: it is refused (`0` is the image's size).
-pub(super) fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Result<()> {
+fn check_disk_fits(disk_mb: u64, disk: Option<HostDisk>, reserve_mb: u64) -> Result<()> {
+    check_room("disk_mb", disk_mb, disk, reserve_mb)
+}
+
+/// Refuses `mb` MiB of host disk (asked for as `what`) beyond what the host disk can
+/// give: its free space less the reserve.
+pub(super) fn check_room(
+    what: &str,
+    mb: u64,
+    disk: Option<HostDisk>,
+    reserve_mb: u64,
+) -> Result<()> {
     let Some(free_mb) = disk.map(|d| d.free_mb) else {
         return Ok(());
     };
     let room = free_mb.saturating_sub(reserve_mb);
-    if disk_mb > room {
+    if mb > room {
         return Err(Error::InvalidArgument(format!(
-            "disk_mb {disk_mb} is more than the host disk can give: {free_mb} MiB free, of \
+            "{what} {mb} is more than the host disk can give: {free_mb} MiB free, of \
              which {reserve_mb} MiB are kept free, leaves {room} MiB"
         )));
     }

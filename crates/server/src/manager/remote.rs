@@ -294,15 +294,12 @@ impl Manager {
         });
     }
 
-    /// Creates the directory a pull of `id` fills, which the pull then owns (and removes if
-    /// it fails). One already there holds the memory images of a snapshot deleted here
-    /// that a later snapshot still reads: never touched, the pull is refused instead.
+    /// The pull's own directory for `id` ([`Manager::new_snapshot_dir`]). One already
+    /// there holds a deleted snapshot's memory images that a later one still reads: it is
+    /// never touched, and the pull is refused.
     fn claim_pull_dir(&self, id: &str) -> Result<PathBuf> {
-        let root = self.snapshots_dir();
-        std::fs::create_dir_all(&root)?;
-        let dir = root.join(id);
-        match std::fs::create_dir(&dir) {
-            Ok(()) => Ok(dir),
+        match self.new_snapshot_dir(id) {
+            Ok(dir) => Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 Err(Error::Conflict(format!(
                 "Snapshot {id} was deleted on this node while a later snapshot still reads its \

@@ -31,6 +31,17 @@ impl Manager {
         self.config.data_dir.join("snapshots")
     }
 
+    /// Creates the directory of snapshot `id`, which the caller then owns (and may remove
+    /// if it fails). `AlreadyExists` when one is there: it is someone else's, e.g. a
+    /// deleted snapshot's kept because a later snapshot reads its memory images.
+    pub(super) fn new_snapshot_dir(&self, id: &str) -> std::io::Result<PathBuf> {
+        let root = self.snapshots_dir();
+        std::fs::create_dir_all(&root)?;
+        let dir = root.join(id);
+        std::fs::create_dir(&dir)?;
+        Ok(dir)
+    }
+
     /// Checkpoints a running sandbox; it keeps running. The snapshot is visible only once
     /// complete.
     pub async fn checkpoint(&self, id_or_name: &str, args: CheckpointArgs) -> Result<Snapshot> {

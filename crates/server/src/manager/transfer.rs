@@ -134,17 +134,12 @@ impl Manager {
         Ok(rec.view)
     }
 
-    /// Creates the directory of a new snapshot `id`, which this import then owns (and may
-    /// remove on failure). A directory already there belongs to someone else: a deleted
-    /// snapshot whose memory images a later snapshot still reads keeps its directory
-    /// without a record. Then the import takes a fresh id instead.
+    /// The import's own snapshot directory ([`Manager::new_snapshot_dir`]): under `id`,
+    /// or a fresh id when `id`'s is someone else's.
     fn claim_snapshot_dir(&self, id: &mut String) -> Result<PathBuf> {
-        let root = self.snapshots_dir();
-        std::fs::create_dir_all(&root).map_err(host)?;
         for _ in 0..8 {
-            let dir = root.join(id.as_str());
-            match std::fs::create_dir(&dir) {
-                Ok(()) => return Ok(dir),
+            match self.new_snapshot_dir(id) {
+                Ok(dir) => return Ok(dir),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     *id = new_snapshot_id()?;
                 }

@@ -18,15 +18,8 @@ impl Manager {
         // A volume is sparse, but one larger than the host disk can give would fail its
         // writes once filled: refused up front, as a sandbox's disk is.
         let reserve_mb = self.registry().admission.policy().disk_reserve_mb;
-        super::create::check_disk_fits(size, self.backend.host_disk(), reserve_mb).map_err(
-            |e| {
-                crate::error::Error::InvalidArgument(format!(
-                    "Volume {}: {}",
-                    req.name,
-                    e.message().replace("disk_mb", "size_mb")
-                ))
-            },
-        )?;
+        let what = format!("Volume {}: size_mb", req.name);
+        super::create::check_room(&what, size, self.backend.host_disk(), reserve_mb)?;
         let v = self.backend.create_volume(&req.name, size).await?;
         tracing::info!(volume = %v.name, size_mb = v.size_mb, "volume created");
         Ok(view(v, Vec::new()))
