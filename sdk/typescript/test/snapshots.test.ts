@@ -24,7 +24,8 @@ after(async () => {
 async function warmParent(): Promise<Sandbox> {
   const sb = await Sandbox.create({ image: "busybox", memoryMb: 128, client: daemon.client });
   await sb.files.write("/data/state.txt", "disk state\n");
-  await sb.startProcess("sh", ["-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"], { name: "counter" });
+  // Renamed into place: a reader never sees the file empty between truncate and write.
+  await sb.startProcess("sh", ["-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done"], { name: "counter" });
   await sb.run("sh", ["-c", "while [ ! -s /tmp/count ]; do sleep 0.02; done"]);
   return sb;
 }
