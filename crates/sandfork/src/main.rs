@@ -9,7 +9,7 @@
 mod gateway_cmd;
 mod serve;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Isolated Linux sandboxes: snapshot once, fork many.
 #[derive(Debug, Parser)]
@@ -45,7 +45,7 @@ fn run() -> i32 {
     // This very binary (even once an upgrade replaced its file): disk servers are always
     // the daemon's own build.
     disk::use_server_binary("/proc/self/exe".into());
-    let args = Args::parse();
+    let args = parse_args();
     let command = match args.command {
         Command::Openapi => {
             cli::quiet_on_closed_stdout();
@@ -83,6 +83,24 @@ fn run() -> i32 {
             1
         }
     }
+}
+
+/// The command line, with the client flags (`--url`, `--token`, `--json`: global, so they
+/// may follow any client verb) left out of the help of the verbs that are not clients.
+fn parse_args() -> Args {
+    let mut command = Args::command();
+    // A verb that already has an argument of a global's id gets no copy of it: give these
+    // verbs hidden copies of their own.
+    let hidden: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| arg.is_global_set())
+        .map(|arg| arg.clone().hide(true))
+        .collect();
+    for verb in ["serve", "gateway", "openapi"] {
+        command = command.mut_subcommand(verb, |sub| sub.args(hidden.clone()));
+    }
+    let matches = command.get_matches();
+    Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 enum Run {

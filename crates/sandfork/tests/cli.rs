@@ -336,6 +336,54 @@ fn errors_are_one_line_with_a_failing_exit_code() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
 }
 
+/// The client flags are global (they may follow any client verb) but are no part of the
+/// daemon's or the gateway's help; every option of every verb says what it is.
+#[test]
+fn help_shows_each_verb_its_own_flags_each_described() {
+    let help = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let client = ["--url <URL>", "--token <TOKEN>", "--json"];
+    for verb in ["serve", "gateway"] {
+        let text = help(&[verb, "--help"]);
+        assert!(text.contains("--data-dir") || verb == "gateway", "{text}");
+        for flag in client {
+            assert!(!text.contains(flag), "{verb} --help shows {flag}:\n{text}");
+        }
+    }
+    for args in [&["--help"][..], &["ls", "--help"], &["exec", "--help"]] {
+        let text = help(args);
+        for flag in client {
+            assert!(text.contains(flag), "{args:?} lacks {flag}:\n{text}");
+        }
+    }
+    // Every option line of `serve --help` and `create --help` is followed by a description.
+    for verb in ["serve", "create"] {
+        let text = help(&[verb, "--help"]);
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let option = line.trim_start().starts_with("--") || line.trim_start().starts_with("-h");
+            if option && !line.contains("  ") {
+                let next = lines.get(i + 1).map_or("", |l| l.trim());
+                assert!(
+                    !next.is_empty() && !next.starts_with('-'),
+                    "{verb}: {line} has no description"
+                );
+            }
+        }
+    }
+    // The client flags still work after a verb.
+    let out = Command::new(BIN)
+        .args(["ls", "--json", "--url", "unix:///nonexistent/x.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("cannot reach the daemon at /nonexistent/x.sock"));
+}
+
 #[test]
 fn images_build_list_remove() {
     let d = Daemon::start();
