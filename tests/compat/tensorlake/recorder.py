@@ -336,6 +336,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def send(self, status: int, obj=None, *, raw: bytes | None = None,
              content_type: str = "application/json", rec: dict | None = None) -> None:
+        if obj is not None and self.st.args.minimal:
+            obj = minimal(obj)
         if raw is None:
             raw = b"" if obj is None else json.dumps(obj).encode()
         self.send_response(status)
@@ -368,6 +370,8 @@ class Handler(BaseHTTPRequestHandler):
                            "sse": []}
 
     def sse_event(self, rec: dict, data: dict | str, event: str | None = None) -> None:
+        if not isinstance(data, str) and self.st.args.minimal:
+            data = minimal(data)
         text = data if isinstance(data, str) else json.dumps(data)
         chunk = ""
         if event:
@@ -858,6 +862,29 @@ class Handler(BaseHTTPRequestHandler):
         frames.append(ws_describe("server", op, payload))
 
 
+# Fields dropped by --minimal (besides every null): what is left is what WIRE.md calls
+# required. Keys are matched by name at any depth, so names that are required in one
+# object and optional in another (name, image, pool_id, exit_code, signal) are only dropped
+# when null.
+OPTIONAL_KEYS = {
+    "timeout_secs", "entrypoint", "network_policy", "outcome", "created_at",
+    "updated_at", "terminated_at", "allow_unauthenticated_access", "exposed_ports",
+    "ingress_endpoint", "routing_hint", "file_systems", "auto_resume", "ephemeral_disk_mb",
+    "pending_reason", "termination_reason", "error_details", "base_image", "snapshot_type",
+    "snapshot_uri", "snapshot_format_version", "size_bytes", "rootfs_disk_bytes", "error",
+    "max_containers", "warm_containers", "containers", "args", "stdin_writable",
+    "ended_at", "stream", "oom_killed", "reason", "size", "modified_at", "handle", "managed",
+}
+
+
+def minimal(obj):
+    if isinstance(obj, dict):
+        return {k: minimal(v) for k, v in obj.items() if v is not None and k not in OPTIONAL_KEYS}
+    if isinstance(obj, list):
+        return [minimal(v) for v in obj]
+    return obj
+
+
 def ws_describe(direction: str, op: int, payload: bytes) -> dict:
     names = {0x1: "text", 0x2: "binary", 0x8: "close", 0x9: "ping", 0xA: "pong"}
     d = {"dir": direction, "ws_opcode": names.get(op, op), "hex": payload.hex()}
@@ -886,6 +913,8 @@ def main() -> None:
                     help="creates answer `pending`; the sandbox runs after two GETs")
     ap.add_argument("--sandbox-url-template", default="http://localhost:{port}",
                     help="sandbox_url served for a running sandbox; {id} and {port} are filled in")
+    ap.add_argument("--minimal", action="store_true",
+                    help="answer JSON bodies without nulls and without the fields WIRE.md marks optional")
     args = ap.parse_args()
     srv = ThreadingHTTPServer((args.host, args.port), Handler)
     srv.daemon_threads = True

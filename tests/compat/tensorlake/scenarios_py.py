@@ -351,6 +351,21 @@ def s_errors():
     out("terminate")
 
 
+def s_hosts_basic():
+    """Recorded with TENSORLAKE_API_URL=http://api.sandfork.test:PORT (names from a private
+    hosts file) to show the non-localhost URL derivation: flat lifecycle paths on the
+    sandbox.* host, and the X-Tensorlake-Sandbox-Id header on the data plane."""
+    sb = must("create", Sandbox.create, image=IMAGE)
+    out("create", sandbox_id=sb.sandbox_id)
+    r = must("run", sb.run, "echo", ["hosts"])
+    out("run", stdout=r.stdout)
+    must("write_file", sb.write_file, "/tmp/h.txt", b"h\n")
+    out("read_file", content=bytes(must("read_file", sb.read_file, "/tmp/h.txt").value).decode())
+    out("list", ids=[s.sandbox_id for s in must("list", Sandbox.list)])
+    must("terminate", sb.terminate)
+    out("terminate")
+
+
 # ---------------------------------------------------------------- async scenarios
 
 async def a_lifecycle():
@@ -410,6 +425,7 @@ SYNC = {
     "pty": s_pty,
     "health": s_health,
     "errors": s_errors,
+    "hosts_basic": s_hosts_basic,
 }
 ASYNC = {
     "async_all": a_lifecycle,
