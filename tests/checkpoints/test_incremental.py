@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfork import CheckpointType, Sandbox, Snapshot
+from sandfork import CheckpointType, InvalidArgumentError, NotFoundError, Sandbox, Snapshot
 
 pytestmark = [pytest.mark.root, pytest.mark.checkpoint]
 
@@ -122,5 +122,62 @@ def test_a_failed_import_never_removes_files_another_snapshot_reads(daemon, tmp_
         for sb in forks + [source]:
             sb.terminate()
         for snap in (imported, b, a):
+            if snap is not None:
+                snap.delete()
+
+
+def test_an_export_relative_to_a_base_carries_only_what_differs(daemon, tmp_path: Path) -> None:
+    """A fork's checkpoint exported relative to the snapshot it came from carries its own
+    disk layers and changed pages only; it imports wherever that base is (found by content,
+    here after the base itself went and came back through its own file) and restores
+    whole; without the base it is refused, naming it, and nothing is left behind."""
+    source = Sandbox.create(image="busybox", memory_mb=256)
+    fork = None
+    a = b = a2 = b2 = None
+    try:
+        source.start_process("sh", ["-c", HOLDER])
+        wait_for("the holder is ready", lambda: source.run("test", ["-s", "/tmp/orig"]).exit_code == 0)
+        a = source.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        a.export(tmp_path / "a.sfs")
+        fork = Sandbox.create(snapshot_id=a.id)
+        fork.write_file("/root/fork-note", b"written by the fork")
+        b = fork.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        full = b.export(tmp_path / "b-full.sfs")
+        relative = b.export(tmp_path / "b-rel.sfs", base=a)
+        assert relative * 5 < full, (relative, full)
+
+        with pytest.raises(InvalidArgumentError, match="cannot be exported relative to"):
+            a.export(tmp_path / "wrong.sfs", base=b)
+        assert not (tmp_path / "wrong.sfs").exists()
+
+        a_id = a.id
+        for snap in (b, a):
+            snap.delete()
+        a = b = None
+        before = snapshot_dirs(daemon)
+        with pytest.raises(NotFoundError, match=f"relative to snapshot {a_id}"):
+            Snapshot.import_(tmp_path / "b-rel.sfs")
+        assert snapshot_dirs(daemon) == before, "a refused import leaves nothing"
+
+        a2 = Snapshot.import_(tmp_path / "a.sfs")
+        b2 = Snapshot.import_(tmp_path / "b-rel.sfs")
+        assert (daemon.data_dir / "snapshots" / b2.id / "memory" / "parent").is_symlink()
+        holds_the_data(b2.id)
+        child = Sandbox.create(snapshot_id=b2.id)
+        try:
+            assert child.read_file("/root/fork-note") == b"written by the fork"
+        finally:
+            child.terminate()
+        # The base goes only once nothing reads it: deleting it first keeps its files.
+        a2_id = a2.id
+        a2.delete()
+        a2 = None
+        assert a2_id in snapshot_dirs(daemon)
+        holds_the_data(b2.id)
+    finally:
+        for sb in (fork, source):
+            if sb is not None:
+                sb.terminate()
+        for snap in (b2, a2, b, a):
             if snap is not None:
                 snap.delete()

@@ -244,6 +244,10 @@ pub enum SnapshotCommand {
             conflicts_with = "output"
         )]
         file: Option<String>,
+        /// A snapshot this one descends from that the receiver already has: write only
+        /// what differs from it (its import then needs that snapshot).
+        #[arg(long, value_name = "SNAPSHOT")]
+        base: Option<String>,
     },
     /// Import a snapshot file (checksums verified) and print its id.
     Import {

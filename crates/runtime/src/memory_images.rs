@@ -235,6 +235,13 @@ pub fn parent_of(dir: &Path) -> Option<PathBuf> {
     Some(dir.join(link))
 }
 
+/// Links the image directory `dir` to `parent` (relative, so the data directory may move
+/// as a whole): for images whose runs were already marked `PE_PARENT` against it.
+pub fn link_parent(dir: &Path, parent: &Path) -> Result<()> {
+    let at = dir.join(PARENT_LINK);
+    std::os::unix::fs::symlink(relative(parent, dir), &at).map_err(io(&at))
+}
+
 /// How many parents `dir` reads through (0 for a directory without a parent).
 pub fn depth(dir: &Path) -> usize {
     let mut n = 0;
@@ -490,6 +497,33 @@ pub fn flatten_into(dir: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A SHA-256 of the pages the images in `dir` hold (parents followed): per process in pid
+/// order, each page's address and content in address order. Two image directories with
+/// equal digests give every process the same pages, however their chains store them; a
+/// file exported relative to a snapshot (see `share_with_parent`) names its base's digest.
+pub fn pages_digest(dir: &Path) -> Result<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let mut page = vec![0u8; PAGE as usize];
+    let mut all = pids(dir)?;
+    all.sort_unstable();
+    for pid in all {
+        let Some(pages) = Pages::of(dir, pid)? else {
+            continue;
+        };
+        let mut at: Vec<u64> = pages.at.keys().copied().collect();
+        at.sort_unstable();
+        hash.update(pid.to_le_bytes());
+        hash.update((at.len() as u64).to_le_bytes());
+        for va in at {
+            pages.read(va, &mut page)?;
+            hash.update(va.to_le_bytes());
+            hash.update(&page);
+        }
+    }
+    Ok(hash.finalize().into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,6 +643,27 @@ mod tests {
         std::fs::remove_dir_all(&a).unwrap();
         std::fs::remove_dir_all(&b).unwrap();
         assert_eq!(contents(&flat, 1), before_c);
+    }
+
+    #[test]
+    fn the_pages_digest_is_the_same_however_a_chain_stores_the_pages() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (parent, child, flat) = (
+            tmp.path().join("p"),
+            tmp.path().join("c"),
+            tmp.path().join("f"),
+        );
+        for d in [&parent, &child, &flat] {
+            std::fs::create_dir(d).unwrap();
+        }
+        write_process(&parent, 1, 1, &[(0x1000, b"abc"), (0x9000, b"z")]);
+        write_process(&child, 1, 1, &[(0x1000, b"abd"), (0x9000, b"z")]);
+        let whole = pages_digest(&child).unwrap();
+        assert!(share_with_parent(&child, &parent).unwrap().pages > 0);
+        assert_eq!(pages_digest(&child).unwrap(), whole);
+        flatten_into(&child, &flat).unwrap();
+        assert_eq!(pages_digest(&flat).unwrap(), whole);
+        assert_ne!(pages_digest(&parent).unwrap(), whole);
     }
 
     #[test]

@@ -559,6 +559,11 @@ pub trait Backend: Send + Sync + 'static {
     ) -> BackendResult<()> {
         Err(no_snapshots())
     }
+    /// A digest of the pages the memory images of `dir` hold, parents followed
+    /// (`runtime::memory_images::pages_digest`): equal for equal memory.
+    async fn memory_digest(&self, _dir: &std::path::Path) -> BackendResult<[u8; 32]> {
+        Err(no_snapshots())
+    }
     /// Keeps a sealed layer (and its chain) alive under `name`.
     async fn pin_layer(&self, _name: &str, _layer: &str) -> BackendResult<()> {
         Err(no_snapshots())
@@ -571,8 +576,14 @@ pub trait Backend: Send + Sync + 'static {
     async fn collect_garbage(&self) -> BackendResult<()> {
         Ok(())
     }
-    /// Writes a layer's whole chain as one verifiable artifact file.
-    async fn export_layer(&self, _layer: &str, _out: PathBuf) -> BackendResult<()> {
+    /// Writes a layer's chain as one verifiable artifact file: the whole chain, or with
+    /// `base` only the layers above that ancestor.
+    async fn export_layer(
+        &self,
+        _layer: &str,
+        _base: Option<&str>,
+        _out: PathBuf,
+    ) -> BackendResult<()> {
         Err(no_snapshots())
     }
     /// Verifies and imports an artifact file; returns its top layer.

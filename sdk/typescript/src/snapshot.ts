@@ -125,13 +125,16 @@ export class Snapshot {
     await this.client.transport.json("DELETE", `/v1/snapshots/${seg(this.id)}`, { query });
   }
 
-  /** The snapshot as one signed file, streamed (restores the same on any host with the key). */
-  async export(options: { signal?: AbortSignal } = {}): Promise<Readable> {
-    return this.client.transport.open("POST", `/v1/snapshots/${seg(this.id)}/export`, { signal: options.signal, idleTimeoutMs: 0 });
+  /** The snapshot as one signed file, streamed (restores the same on any host with the key).
+   * With `base`, a snapshot this one descends from that the receiver already has, the file
+   * carries only what differs from it (its import then needs that snapshot). */
+  async export(options: { signal?: AbortSignal; base?: Snapshot | string } = {}): Promise<Readable> {
+    const base = typeof options.base === "string" ? options.base : options.base?.id;
+    return this.client.transport.open("POST", `/v1/snapshots/${seg(this.id)}/export`, { signal: options.signal, idleTimeoutMs: 0, query: { base } });
   }
 
   /** Exports into a local file; nothing is left there if it fails. Resolves with its size. */
-  async exportTo(localPath: string, options: { signal?: AbortSignal } = {}): Promise<number> {
+  async exportTo(localPath: string, options: { signal?: AbortSignal; base?: Snapshot | string } = {}): Promise<number> {
     return saveTo(() => this.export(options), localPath);
   }
 

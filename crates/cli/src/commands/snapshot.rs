@@ -133,9 +133,14 @@ pub async fn snapshot(client: &Client, c: SnapshotCommand, json: bool) -> Result
             }
             Ok(0)
         }
-        SnapshotCommand::Export { id, output, file } => {
+        SnapshotCommand::Export {
+            id,
+            output,
+            file,
+            base,
+        } => {
             let file = output.or(file).unwrap_or_default();
-            export(client, &id, &file).await
+            export(client, &id, base.as_deref(), &file).await
         }
         SnapshotCommand::Import { file } => import(client, &file, json).await,
     }
@@ -189,8 +194,11 @@ async fn list(
     Ok(0)
 }
 
-async fn export(client: &Client, id: &str, file: &str) -> Result<i32> {
-    let path = format!("/v1/snapshots/{}/export", encode(id));
+async fn export(client: &Client, id: &str, base: Option<&str>, file: &str) -> Result<i32> {
+    let mut path = format!("/v1/snapshots/{}/export", encode(id));
+    if let Some(base) = base {
+        path += &format!("?base={}", encode(base));
+    }
     download(client, Method::POST, &path, file).await
 }
 

@@ -147,13 +147,30 @@ pub async fn fork_snapshot(
     Ok(Json(m.fork_snapshot(&id, req).await?))
 }
 
+/// Query of `POST /v1/snapshots/{id}/export`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    /// A snapshot this one descends from that the receiver already has: the file then
+    /// carries only the disk layers above it and the memory pages that differ from it,
+    /// and importing it needs that snapshot (found by content).
+    #[serde(default)]
+    pub base: Option<String>,
+}
+
 /// Export a snapshot as one file (streamed).
 #[utoipa::path(post, path = "/v1/snapshots/{id}/export", tag = "snapshots",
-    params(("id" = String, Path, description = "Snapshot id")),
+    params(("id" = String, Path, description = "Snapshot id"), ExportQuery),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "The base is not one this snapshot descends from", body = ErrorBody),
         (status = 404, body = ErrorBody)))]
-pub async fn export(State(m): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    let path = m.export_snapshot(&id).await?;
+pub async fn export(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<ExportQuery>,
+) -> ApiResult<Response> {
+    let path = m.export_snapshot(&id, q.base.as_deref()).await?;
     let file = tokio::fs::File::open(&path).await;
     // Unlinked at once: the open file streams on and nothing is left behind.
     let _ = tokio::fs::remove_file(&path).await;

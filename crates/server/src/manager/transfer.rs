@@ -15,6 +15,39 @@ use crate::snapshots::SnapshotRecord;
 
 const MANIFEST: &str = "manifest.json";
 const ARTIFACT: &str = "layers.artifact";
+/// In a file exported relative to a base snapshot: what the importer must already have.
+const BASE: &str = "base.json";
+
+/// The snapshot a relative export leans on, as its file records it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Base {
+    /// Its id on the exporting daemon (an import under another id is found by content).
+    id: String,
+    /// Its top disk layer: the file's layers stack on it (ids are content hashes).
+    layer_id: String,
+    /// `pages_digest` of its memory when the file's memory pages lean on it (hex).
+    memory_digest: Option<String>,
+    /// Where its images are, on the exporting side only.
+    #[serde(skip)]
+    memory_dir: Option<PathBuf>,
+}
+
+/// The local snapshot a relative import leans on.
+struct Local {
+    id: String,
+    layer_id: String,
+    memory_dir: Option<PathBuf>,
+    restore_bytes: u64,
+}
+
+/// Writes `value` as `name` in `dir`: one entry of a snapshot file.
+fn write_json(dir: &Path, name: &str, value: &impl serde::Serialize) -> Result<(String, PathBuf)> {
+    let path = dir.join(name);
+    let json = serde_json::to_vec_pretty(value).map_err(host)?;
+    std::fs::write(&path, json).map_err(host)?;
+    Ok((name.to_string(), path))
+}
 
 fn host(e: impl std::fmt::Display) -> Error {
     Error::Backend(crate::backend::BackendError::Host(e.to_string()))
@@ -45,29 +78,51 @@ impl Manager {
         Ok(Scratch(dir))
     }
 
-    /// Writes snapshot `id` as one file; returns its path (the caller removes it).
-    pub async fn export_snapshot(&self, id: &str) -> Result<PathBuf> {
+    /// Writes snapshot `id` as one file; returns its path (the caller removes it). With
+    /// `base` (a snapshot `id` descends from, which the receiver already has) the file
+    /// carries only what differs from it: the disk layers above the base's and the memory
+    /// pages not equal to the base's; its import needs the base, checked by content.
+    pub async fn export_snapshot(&self, id: &str, base: Option<&str>) -> Result<PathBuf> {
         let rec = self.usable_snapshot(id).await?;
+        let base = match base {
+            Some(b) => Some(self.export_base(&rec, b).await?),
+            None => None,
+        };
         let work = self.scratch("export")?;
-        let artifact = work.0.join(ARTIFACT);
-        self.backend
-            .export_layer(&rec.layer_id, artifact.clone())
-            .await?;
+        let mut entries = Vec::new();
         let mut manifest = rec.clone();
         manifest.memory_dir = None;
-        let manifest_path = work.0.join(MANIFEST);
-        let json = serde_json::to_vec_pretty(&manifest).map_err(host)?;
-        std::fs::write(&manifest_path, json).map_err(host)?;
-        let mut entries = vec![
-            (MANIFEST.to_string(), manifest_path),
-            (ARTIFACT.to_string(), artifact),
-        ];
+        entries.push(write_json(&work.0, MANIFEST, &manifest)?);
+        let base_layer = base.as_ref().map(|b| b.layer_id.as_str());
+        if base_layer != Some(rec.layer_id.as_str()) {
+            let artifact = work.0.join(ARTIFACT);
+            self.backend
+                .export_layer(&rec.layer_id, base_layer, artifact.clone())
+                .await
+                .map_err(|e| match (e, &base) {
+                    (crate::backend::BackendError::InvalidInput(m), Some(b)) => {
+                        Error::InvalidArgument(format!(
+                            "Snapshot {id} cannot be exported relative to {}: {m}",
+                            b.id
+                        ))
+                    }
+                    (e, _) => e.into(),
+                })?;
+            entries.push((ARTIFACT.to_string(), artifact));
+        }
         if let Some(mem) = &rec.memory_dir {
-            // Pages read from parent snapshots travel too: the file stands alone.
+            // Pages read from parent snapshots travel too: the file stands alone, or
+            // leans on the base's pages alone.
             let flat = work.0.join("memory");
             std::fs::create_dir(&flat).map_err(host)?;
             self.backend.flatten_memory(mem, &flat).await?;
+            if let Some(base_mem) = base.as_ref().and_then(|b| b.memory_dir.as_ref()) {
+                self.backend.share_memory(&flat, base_mem).await?;
+            }
             entries.extend(memory_entries(&flat)?);
+        }
+        if let Some(b) = &base {
+            entries.push(write_json(&work.0, BASE, b)?);
         }
         let out = self.transfer_dir().join(unique(&format!("{id}.sfs"))?);
         let out2 = out.clone();
@@ -78,6 +133,31 @@ impl Manager {
             .map_err(host)?;
         drop(work);
         Ok(out)
+    }
+
+    /// What a file exported relative to snapshot `base_id` records of it; the snapshot
+    /// being exported must come from it (its own, or a memory snapshot it was taken from).
+    async fn export_base(&self, rec: &SnapshotRecord, base_id: &str) -> Result<Base> {
+        let base = self.usable_snapshot(base_id).await?;
+        if base.view.id == rec.view.id {
+            return Err(Error::InvalidArgument(format!(
+                "Snapshot {base_id} cannot be the base of its own export"
+            )));
+        }
+        let memory_dir = match (&rec.memory_dir, &base.memory_dir) {
+            (Some(_), Some(dir)) => Some(dir.clone()),
+            _ => None,
+        };
+        let memory_digest = match &memory_dir {
+            Some(dir) => Some(super::ports::hex(&self.backend.memory_digest(dir).await?)),
+            None => None,
+        };
+        Ok(Base {
+            id: base.view.id,
+            layer_id: base.layer_id,
+            memory_digest,
+            memory_dir,
+        })
     }
 
     /// Verifies and imports a snapshot file. Keeps the file's snapshot id unless taken.
@@ -101,11 +181,13 @@ impl Manager {
         if !signed {
             strip_policy(&mut rec);
         }
+        let base = self.import_base(&work.0, &rec).await?;
         let artifact = work.0.join(ARTIFACT);
-        if !artifact.is_file() {
-            return Err(bad(format!("it carries no {ARTIFACT} entry")));
-        }
-        let layer = self.backend.import_layer(artifact).await?;
+        let layer = match &base {
+            _ if artifact.is_file() => self.backend.import_layer(artifact).await?,
+            Some(b) => b.layer_id.clone(),
+            None => return Err(bad(format!("it carries no {ARTIFACT} entry"))),
+        };
         if layer != rec.layer_id {
             // The layers just read are pinned by nothing: free them now.
             if let Err(e) = self.backend.collect_garbage().await {
@@ -124,7 +206,9 @@ impl Manager {
         // A host path from the file is never trusted: only the images it carries count.
         rec.memory_dir = None;
         let dir = self.claim_snapshot_dir(&mut rec.view.id)?;
-        let placed = self.place_import(&mut rec, &work.0, &dir).await;
+        let placed = self
+            .place_import(&mut rec, &work.0, &dir, base.as_ref())
+            .await;
         if let Err(e) = placed {
             let _ = self.backend.unpin_layer(&rec.pin()).await;
             let _ = std::fs::remove_dir_all(&dir);
@@ -188,7 +272,16 @@ impl Manager {
         )))
     }
 
-    async fn place_import(&self, rec: &mut SnapshotRecord, work: &Path, dir: &Path) -> Result<()> {
+    async fn place_import(
+        &self,
+        rec: &mut SnapshotRecord,
+        work: &Path,
+        dir: &Path,
+        base: Option<&Local>,
+    ) -> Result<()> {
+        // Linking to the base and recording this snapshot happen under the lineage lock:
+        // the base's directory cannot be dropped in between.
+        let _order = self.lineage.lock().await;
         if rec.view.kind == SnapshotType::Memory {
             let mem = dir.join("memory");
             std::fs::rename(work.join("memory"), &mem)
@@ -200,11 +293,70 @@ impl Manager {
                 .filter_map(|e| e.metadata().ok())
                 .map(|m| m.len())
                 .sum();
+            if let Some((b, parent)) = base.and_then(|b| Some((b, b.memory_dir.as_ref()?))) {
+                let still = self.usable_snapshot(&b.id).await;
+                if !matches!(still, Ok(r) if r.memory_dir.as_ref() == Some(parent)) {
+                    return Err(Error::Conflict(format!(
+                        "Snapshot {}, the base of this file, went away during the import",
+                        b.id
+                    )));
+                }
+                runtime::memory_images::link_parent(&mem, parent).map_err(host)?;
+                rec.restore_bytes += b.restore_bytes;
+            }
             rec.memory_dir = Some(mem);
         }
         self.backend.pin_layer(&rec.pin(), &rec.layer_id).await?;
         self.store.put_snapshot(rec.clone()).await?;
         Ok(())
+    }
+
+    /// For a file exported relative to a base: the local snapshot that is that base (by
+    /// its id, else any with the same content), which the file's layers and pages need.
+    async fn import_base(&self, work: &Path, rec: &SnapshotRecord) -> Result<Option<Local>> {
+        let path = work.join(BASE);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let bad = |m: String| Error::InvalidArgument(format!("Not a valid snapshot file: {m}"));
+        let bytes = std::fs::read(&path).map_err(|e| bad(e.to_string()))?;
+        let want: Base = serde_json::from_slice(&bytes).map_err(|e| bad(format!("{BASE}: {e}")))?;
+        if want.memory_digest.is_some() != (rec.view.kind == SnapshotType::Memory) {
+            return Err(bad(format!(
+                "{BASE} does not fit a {:?} snapshot",
+                rec.view.kind
+            )));
+        }
+        let mut all = self.store.snapshots().await?;
+        // The same id first; then any other candidate with the same disk.
+        all.sort_by_key(|r| r.view.id != want.id);
+        for r in all {
+            if r.layer_id != want.layer_id || r.pulled || r.internal {
+                continue;
+            }
+            let memory_dir = match (&want.memory_digest, &r.memory_dir) {
+                (None, _) => None,
+                (Some(digest), Some(dir)) if dir.is_dir() => {
+                    let got = self.backend.memory_digest(dir).await?;
+                    if super::ports::hex(&got) != *digest {
+                        continue;
+                    }
+                    Some(dir.clone())
+                }
+                (Some(_), _) => continue,
+            };
+            return Ok(Some(Local {
+                id: r.view.id,
+                layer_id: r.layer_id,
+                memory_dir,
+                restore_bytes: r.restore_bytes,
+            }));
+        }
+        Err(Error::NotFound(format!(
+            "This snapshot file was exported relative to snapshot {}, and no snapshot here \
+             has its content: import that snapshot's own file first (or export without a base)",
+            want.id
+        )))
     }
 }
 

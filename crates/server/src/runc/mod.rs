@@ -886,6 +886,10 @@ impl Backend for RuncBackend {
         snapshots::flatten_images(dir, out).await
     }
 
+    async fn memory_digest(&self, dir: &std::path::Path) -> BackendResult<[u8; 32]> {
+        snapshots::memory_digest(dir).await
+    }
+
     async fn pin_layer(&self, name: &str, layer: &str) -> BackendResult<()> {
         self.pin(name, layer).await
     }
@@ -898,8 +902,13 @@ impl Backend for RuncBackend {
         self.gc().await
     }
 
-    async fn export_layer(&self, layer: &str, out: std::path::PathBuf) -> BackendResult<()> {
-        self.export(layer, out).await
+    async fn export_layer(
+        &self,
+        layer: &str,
+        base: Option<&str>,
+        out: std::path::PathBuf,
+    ) -> BackendResult<()> {
+        self.export(layer, base, out).await
     }
 
     async fn import_layer(&self, input: std::path::PathBuf) -> BackendResult<String> {

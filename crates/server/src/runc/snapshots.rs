@@ -16,6 +16,9 @@ fn store_err(e: blockstore::Error) -> BackendError {
         | blockstore::Error::MissingParent { .. } => {
             BackendError::InvalidInput(format!("Snapshot file refused: {}", super::error_chain(&e)))
         }
+        blockstore::Error::NotAncestor { base, top } => BackendError::InvalidInput(format!(
+            "disk layer {top} does not stack on the base's layer {base}"
+        )),
         other => BackendError::Host(super::error_chain(&other)),
     }
 }
@@ -127,12 +130,20 @@ impl RuncBackend {
         .await
     }
 
-    pub(super) async fn export(&self, layer: &str, out: PathBuf) -> BackendResult<()> {
+    pub(super) async fn export(
+        &self,
+        layer: &str,
+        base: Option<&str>,
+        out: PathBuf,
+    ) -> BackendResult<()> {
         let (store, layer) = (self.store(), layer_id(layer)?);
+        let base = base.map(layer_id).transpose()?;
         blocking(move || {
             let file = std::fs::File::create(&out)
                 .map_err(|e| BackendError::Host(format!("{}: {e}", out.display())))?;
-            store.export_file(&layer, None, &file).map_err(store_err)?;
+            store
+                .export_file(&layer, base.as_ref(), &file)
+                .map_err(store_err)?;
             Ok(())
         })
         .await
@@ -195,6 +206,16 @@ pub(super) async fn flatten_images(
     let (dir, out) = (dir.to_path_buf(), out.to_path_buf());
     blocking(move || {
         runtime::memory_images::flatten_into(&dir, &out)
+            .map_err(|e| BackendError::Host(super::error_chain(&e)))
+    })
+    .await
+}
+
+/// See [`crate::backend::Backend::memory_digest`].
+pub(super) async fn memory_digest(dir: &std::path::Path) -> BackendResult<[u8; 32]> {
+    let dir = dir.to_path_buf();
+    blocking(move || {
+        runtime::memory_images::pages_digest(&dir)
             .map_err(|e| BackendError::Host(super::error_chain(&e)))
     })
     .await

@@ -421,9 +421,10 @@ class AsyncSnapshot(SnapshotInfo):
         """Starts ``count`` sandboxes from the snapshot (see :meth:`Snapshot.fork`)."""
         return AsyncForkResult(await _call_owning(self.sync.fork, ForkResult.terminate_all, count, **kwargs))
 
-    async def export(self, path: PathLike) -> int:
-        """Streams the snapshot into a local file."""
-        return await _call(self.sync.export, path)
+    async def export(self, path: PathLike, *, base: Union["AsyncSnapshot", Snapshot, str, None] = None) -> int:
+        """Streams the snapshot into a local file (see :meth:`Snapshot.export`)."""
+        plain = base.sync if isinstance(base, AsyncSnapshot) else base
+        return await _call(self.sync.export, path, base=plain)
 
     @classmethod
     async def import_(cls, path: PathLike, *, client: Optional[Client] = None) -> "AsyncSnapshot":

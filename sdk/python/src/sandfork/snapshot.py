@@ -205,14 +205,22 @@ class Snapshot(SnapshotInfo):
         result.snapshot_id = result.snapshot_id or self.id
         return result
 
-    def export(self, path: PathLike) -> int:
+    def export(self, path: PathLike, *, base: Union["Snapshot", str, None] = None) -> int:
         """Streams the snapshot into one local file (for :meth:`import_` on another host).
+
+        With ``base``, a snapshot this one descends from that the receiver already has
+        (imported there before), the file carries only what differs from it: the disk
+        layers above it and the memory pages not equal to its. Importing it then needs
+        that snapshot, found by content.
 
         Returns the number of bytes written. The file appears complete or not at all.
         """
         target = os.fspath(path)
         tmp = os.path.join(os.path.dirname(os.path.abspath(target)), f".{os.path.basename(target)}.sandfork-{secrets.token_hex(6)}")
-        response = self._client.open("POST", f"/v1/snapshots/{seg(self.id)}/export", unbounded=True)
+        url = f"/v1/snapshots/{seg(self.id)}/export"
+        if base is not None:
+            url += f"?base={seg(base if isinstance(base, str) else base.id)}"
+        response = self._client.open("POST", url, unbounded=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         written = 0
         try:
