@@ -28,7 +28,8 @@ PROMISES = OrderedDict(
         ("snapshot files", "An imported snapshot file is refused unless signed with the daemon's key (or, for filesystem snapshots only, explicitly trusted), whatever kind its manifest declares; an imported disk is checked before the host mounts it."),
         ("secrets", "Secrets reach the sandbox's processes but no snapshot, export, record or world-readable file."),
         ("agent impostor", "A sandbox that replaces or impersonates its agent gets no more from the daemon than an error: replies are bounded and timed out, the daemon stays responsive and small."),
-        ("host disk", "The API cannot fill the host's disk: imports are capped, creates and imports keep a free-space floor."),
+        ("host disk", "The API cannot fill the host's disk: imports and pulls are capped, creates, imports, pulls and unpacks keep a free-space floor, registry bodies are read bounded."),
+        ("registry trust", "A registry a pull names cannot send the daemon (by its token realm or a redirect) to a guarded address unless it is at one of that class itself, nor from TLS to plain HTTP, nor get credentials sent to another host."),
         ("API listener", "The TCP listener bounds connections and cuts off slow clients; a non-loopback listener needs TLS."),
         ("host-wide effects", "Running sandfork changes nothing host-wide beyond its own table, mounts and namespaces: no host forwarding policy of accept, a runc with the known escape fixes, and cleanup that converges beside other host tools (ip netns)."),
     ]

@@ -64,6 +64,8 @@ impl std::fmt::Display for Digest {
 pub struct BlobStore {
     dir: PathBuf,
     leases: std::sync::Arc<std::sync::Mutex<usize>>,
+    /// Free space a blob must leave on the store's filesystem.
+    floor: u64,
 }
 
 /// Keeps the store's blobs while held (see [`BlobStore::lease`]).
@@ -90,7 +92,15 @@ impl BlobStore {
         Ok(BlobStore {
             dir,
             leases: Default::default(),
+            floor: 0,
         })
+    }
+
+    /// The store, keeping `floor` bytes of its filesystem free: a blob declared larger
+    /// than the free space beyond it is refused before a byte is written.
+    pub fn with_floor(mut self, floor: u64) -> BlobStore {
+        self.floor = floor;
+        self
     }
 
     /// Keeps every blob until the lease is dropped: [`BlobStore::collect`] does nothing
@@ -154,11 +164,12 @@ impl BlobStore {
     /// stores it. A writer dropped unfinished removes its temporary file.
     pub async fn writer(&self, digest: &Digest, size: u64) -> Result<BlobWriter> {
         // The size is the registry's word, checked as it streams; a blob the host disk has
-        // no room for is refused before a byte is written.
+        // no room for (beyond the floor) is refused before a byte is written.
         let free = nix::sys::statvfs::statvfs(&self.dir)
             .map(|s| s.blocks_available().saturating_mul(s.fragment_size()))
             .unwrap_or(u64::MAX);
-        if size > free {
+        if size > free.saturating_sub(self.floor) {
+            tracing::warn!(%digest, size, free, floor = self.floor, "a registry blob is declared larger than the host disk has free beyond its floor");
             return Err(PullError::io(
                 &self.dir,
                 std::io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32),

@@ -46,6 +46,16 @@ pub enum PullError {
     Certificate { path: PathBuf, detail: String },
     #[error("registry protocol error for {reference}: {detail}")]
     Protocol { reference: String, detail: String },
+    /// Something a registry sent or declared is larger than the daemon reads or keeps.
+    #[error("{what} is too large: {} (the limit is {limit} bytes)", actual.map_or("over the limit".to_string(), |n| format!("{n} bytes")))]
+    TooLarge {
+        what: String,
+        limit: u64,
+        actual: Option<u64>,
+    },
+    /// The registry pointed the daemon (a token realm, a redirect) somewhere it may not go.
+    #[error("registry {registry} sent the daemon where it may not go: {detail}")]
+    Blocked { registry: String, detail: String },
     #[error("{path}")]
     Io {
         path: PathBuf,

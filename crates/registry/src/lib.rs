@@ -10,6 +10,8 @@
 
 mod blobs;
 mod error;
+mod fetch;
+pub mod guard;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::manifest::{ImageIndexEntry, OciDescriptor};
+use oci_client::manifest::{ImageIndexEntry, OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::{Arch, ImageConfiguration, Os};
@@ -26,6 +28,7 @@ mod loopback;
 
 pub use blobs::{BlobLease, BlobStore, BlobWriter, Digest};
 pub use error::{PullError, Result};
+pub use fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 
 /// Layer media types this platform unpacks (tar, gzip-compressed or not).
 const LAYER_TYPES: [&str; 4] = [
@@ -45,6 +48,8 @@ pub struct RegistryConfig {
     /// Look up credentials in the Docker config file (`$DOCKER_CONFIG/config.json`,
     /// else `~/.docker/config.json`) when a pull names none.
     pub docker_config: bool,
+    /// The most bytes the layers of one image may declare (the daemon's import cap).
+    pub max_image_bytes: Option<u64>,
 }
 
 /// Credentials for one pull (basic auth; a registry's token flow is run with them).
@@ -137,27 +142,27 @@ impl Puller {
     ) -> Result<Pulled> {
         let r = parse(reference)?;
         let canonical = r.to_string();
-        let auth = self.auth(&r, credentials)?;
-        let client = self.client(&r).await?;
+        let session = self.session(&r, credentials).await?;
         progress(format!("resolving {canonical}"));
-        let (manifest, digest, config) = client
-            .pull_manifest_and_config(&r, &auth)
-            .await
-            .map_err(|e| client_error(&r, e))?;
-        let digest = Digest::parse(&digest)?;
+        let (manifest, digest) = self.image_manifest(&session, &r).await?;
         let config_digest = Digest::parse(&manifest.config.digest)?;
-        self.blobs.put(&config_digest, config.as_bytes())?;
-        let config = image_config(&canonical, &config)?;
+        let config_size = declared_size(&config_digest, manifest.config.size)?;
+        let config = session
+            .small_blob(&config_digest, config_size, fetch::MAX_CONFIG_BYTES)
+            .await?;
+        self.blobs.put(&config_digest, &config)?;
+        let config = image_config(&canonical, &String::from_utf8_lossy(&config))?;
         progress(format!(
             "manifest {digest}: {} layer(s), {}/{}",
             manifest.layers.len(),
             config.os(),
             config.architecture()
         ));
+        self.check_sizes(&canonical, &manifest.layers)?;
         let mut layers = Vec::new();
         for (i, layer) in manifest.layers.iter().enumerate() {
             let n = manifest.layers.len();
-            layers.push(self.layer(&client, &r, layer, i + 1, n, progress).await?);
+            layers.push(self.layer(&session, layer, i + 1, n, progress).await?);
         }
         Ok(Pulled {
             reference: canonical,
@@ -167,10 +172,94 @@ impl Puller {
         })
     }
 
+    /// The image manifest of `r` for this host's platform (through its index, if any).
+    async fn image_manifest(
+        &self,
+        session: &fetch::Session,
+        r: &Reference,
+    ) -> Result<(OciImageManifest, Digest)> {
+        let wanted = r.digest().or(r.tag()).unwrap_or("latest");
+        match session.manifest(wanted).await? {
+            (fetch::Manifest::Image(m), d) => Ok((*m, d)),
+            (fetch::Manifest::Index(index), _) => {
+                let Some(d) = host_platform(&index.manifests) else {
+                    return Err(PullError::NoPlatform {
+                        reference: r.to_string(),
+                        platform: format!("linux/{}", Arch::default()),
+                        offered: offered(&index.manifests),
+                    });
+                };
+                let d = Digest::parse(&d)?;
+                match session.manifest(d.as_str()).await? {
+                    (fetch::Manifest::Image(m), d) => Ok((*m, d)),
+                    (fetch::Manifest::Index(_), _) => Err(PullError::Protocol {
+                        reference: r.to_string(),
+                        detail: format!("the index entry {d} is another index"),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Refuses an image whose layers declare more than the configured cap, one by one or
+    /// together.
+    fn check_sizes(&self, reference: &str, layers: &[OciDescriptor]) -> Result<()> {
+        let Some(limit) = self.config.max_image_bytes else {
+            return Ok(());
+        };
+        let mut total = 0u64;
+        for l in layers {
+            total = total.saturating_add(u64::try_from(l.size).unwrap_or(u64::MAX));
+        }
+        if total > limit {
+            return Err(PullError::TooLarge {
+                what: format!("the layers of {reference} as their manifest declares them"),
+                limit,
+                actual: Some(total),
+            });
+        }
+        Ok(())
+    }
+
+    /// A session with `r`'s registry: plain HTTP for registries named insecure and
+    /// loopback registries that speak it, credentials given or from the Docker config.
+    async fn session(
+        &self,
+        r: &Reference,
+        credentials: Option<&Credentials>,
+    ) -> Result<fetch::Session> {
+        let auth = self.auth(r, credentials)?;
+        let host = r.resolve_registry().to_string();
+        let plain_http =
+            self.config.insecure.contains(&host) || loopback::speaks_plain_http(&host).await;
+        // reqwest's TLS runs on the process's rustls provider: ring, as the daemon's own
+        // listener. Installing it again fails harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let roots = self.extra_roots()?;
+        let options = fetch::Options {
+            plain_http,
+            extra_roots: &roots,
+            user_agent: concat!("sandfork/", env!("CARGO_PKG_VERSION")),
+        };
+        fetch::Session::open(r, &auth, options).await
+    }
+
+    fn extra_roots(&self) -> Result<Vec<Vec<u8>>> {
+        self.config
+            .ca_certs
+            .iter()
+            .map(|path| {
+                std::fs::read(path).map_err(|e| PullError::Certificate {
+                    path: path.clone(),
+                    detail: e.to_string(),
+                })
+            })
+            .collect()
+    }
+
     async fn layer(
         &self,
-        client: &Client,
-        r: &Reference,
+        session: &fetch::Session,
         layer: &OciDescriptor,
         i: usize,
         n: usize,
@@ -183,20 +272,13 @@ impl Puller {
             });
         }
         let digest = Digest::parse(&layer.digest)?;
-        let size = u64::try_from(layer.size).map_err(|_| PullError::SizeMismatch {
-            digest: digest.to_string(),
-            expected: 0,
-            actual: 0,
-        })?;
+        let size = declared_size(&digest, layer.size)?;
         if self.blobs.has(&digest) {
             progress(format!("layer {i}/{n} {digest}: already here"));
         } else {
             progress(format!("layer {i}/{n} {digest}: fetching {size} bytes"));
             let mut w = self.blobs.writer(&digest, size).await?;
-            client
-                .pull_blob(r, layer, &mut w)
-                .await
-                .map_err(|e| client_error(r, e))?;
+            session.blob_into(&digest, &mut w).await?;
             w.finish().await?;
         }
         Ok(PulledLayer {
@@ -218,7 +300,20 @@ impl Puller {
     ) -> Result<String> {
         use oci_client::client::{Config, ImageLayer};
         let r = parse(reference)?;
-        let auth = self.auth(&r, credentials)?;
+        // The registry's challenge is checked first: a push never sends credentials to a
+        // token service on another host, nor to a guarded address.
+        let session = self.session(&r, credentials).await?;
+        if session.withheld_credentials() {
+            return Err(PullError::Blocked {
+                registry: r.resolve_registry().to_string(),
+                detail: "its token service is on another host, and credentials are sent to the registry's own host only".into(),
+            });
+        }
+        let auth = match self.auth(&r, credentials)? {
+            fetch::Auth::Anonymous => RegistryAuth::Anonymous,
+            fetch::Auth::Basic(u, p) => RegistryAuth::Basic(u, p),
+            fetch::Auth::Identity(t) => RegistryAuth::Bearer(t),
+        };
         let client = self.client(&r).await?;
         let layers = [ImageLayer::new(
             layer_gz,
@@ -276,12 +371,12 @@ impl Puller {
         }))
     }
 
-    fn auth(&self, r: &Reference, credentials: Option<&Credentials>) -> Result<RegistryAuth> {
+    fn auth(&self, r: &Reference, credentials: Option<&Credentials>) -> Result<fetch::Auth> {
         if let Some(c) = credentials {
-            return Ok(RegistryAuth::Basic(c.username.clone(), c.password.clone()));
+            return Ok(fetch::Auth::Basic(c.username.clone(), c.password.clone()));
         }
         if !self.config.docker_config {
-            return Ok(RegistryAuth::Anonymous);
+            return Ok(fetch::Auth::Anonymous);
         }
         let registry = r.registry();
         let mut keys = vec![registry.to_string()];
@@ -291,8 +386,8 @@ impl Puller {
         for key in keys {
             use docker_credential::{CredentialRetrievalError as E, DockerCredential as C};
             match docker_credential::get_credential(&key) {
-                Ok(C::UsernamePassword(u, p)) => return Ok(RegistryAuth::Basic(u, p)),
-                Ok(C::IdentityToken(t)) => return Ok(RegistryAuth::Bearer(t)),
+                Ok(C::UsernamePassword(u, p)) => return Ok(fetch::Auth::Basic(u, p)),
+                Ok(C::IdentityToken(t)) => return Ok(fetch::Auth::Identity(t)),
                 Err(E::NoCredentialConfigured | E::ConfigNotFound | E::ConfigReadError) => {}
                 Err(e) => {
                     return Err(PullError::Credentials {
@@ -302,7 +397,31 @@ impl Puller {
                 }
             }
         }
-        Ok(RegistryAuth::Anonymous)
+        Ok(fetch::Auth::Anonymous)
+    }
+}
+
+/// A descriptor's size, which must not be negative.
+fn declared_size(digest: &Digest, size: i64) -> Result<u64> {
+    u64::try_from(size).map_err(|_| PullError::SizeMismatch {
+        digest: digest.to_string(),
+        expected: 0,
+        actual: 0,
+    })
+}
+
+/// The platforms an index offers, for the error that names none matching.
+fn offered(manifests: &[ImageIndexEntry]) -> String {
+    let list: Vec<String> = manifests
+        .iter()
+        .filter_map(|m| m.platform.as_ref())
+        .map(|p| format!("{}/{}", p.os, p.architecture))
+        .take(16)
+        .collect();
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(", ")
     }
 }
 
@@ -481,25 +600,25 @@ mod tests {
         );
         let r = parse("reg.example:5000/team/app:1").unwrap();
         match with.auth(&r, None).unwrap() {
-            RegistryAuth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("tester", "s3cret")),
+            fetch::Auth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("tester", "s3cret")),
             other => panic!("{other:?}"),
         }
         let other = parse("elsewhere.example/x:1").unwrap();
         assert!(matches!(
             with.auth(&other, None).unwrap(),
-            RegistryAuth::Anonymous
+            fetch::Auth::Anonymous
         ));
         let explicit = Credentials {
             username: "u".into(),
             password: "p".into(),
         };
         assert!(
-            matches!(with.auth(&r, Some(&explicit)).unwrap(), RegistryAuth::Basic(u, _) if u == "u")
+            matches!(with.auth(&r, Some(&explicit)).unwrap(), fetch::Auth::Basic(u, _) if u == "u")
         );
         let without = Puller::new(RegistryConfig::default(), blobs);
         assert!(matches!(
             without.auth(&r, None).unwrap(),
-            RegistryAuth::Anonymous
+            fetch::Auth::Anonymous
         ));
     }
 

@@ -48,6 +48,9 @@ pub enum Error {
         #[source]
         source: crate::image::unpack::UnpackError,
     },
+    /// Input past a size limit (an image layer that unpacks past the import cap).
+    #[error("{0}")]
+    TooLarge(String),
     #[error("Checkpoint failed: {0}")]
     Checkpoint(String),
     /// A process of the sandbox holds something a memory checkpoint cannot carry; the

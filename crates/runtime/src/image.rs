@@ -157,6 +157,24 @@ fn key(name: &str) -> String {
 pub struct Images {
     store: blockstore::Store,
     dir: PathBuf,
+    limits: UnpackLimits,
+}
+
+/// What unpacking one image layer may take of the host: at most `max_bytes`, and never
+/// the last `floor_bytes` of free space.
+#[derive(Debug, Clone, Copy)]
+pub struct UnpackLimits {
+    pub max_bytes: u64,
+    pub floor_bytes: u64,
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits {
+            max_bytes: u64::MAX,
+            floor_bytes: 0,
+        }
+    }
 }
 
 impl Images {
@@ -164,7 +182,18 @@ impl Images {
         Images {
             store,
             dir: dir.into(),
+            limits: UnpackLimits::default(),
         }
+    }
+
+    /// These images, unpacking layers within `limits`.
+    pub fn with_unpack_limits(mut self, limits: UnpackLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub(crate) fn limits(&self) -> UnpackLimits {
+        self.limits
     }
 
     pub fn store(&self) -> &blockstore::Store {

@@ -27,6 +27,10 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Free space an import, a pull or an unpack leaves on the host disk at least: files are
+/// unpacked next to themselves, and sandboxes' disks grow into the same filesystem.
+pub const IMPORT_SPACE_FLOOR: u64 = 512 << 20;
+
 /// Everything `sandfork serve` can be told.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]

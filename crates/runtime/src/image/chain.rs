@@ -18,18 +18,60 @@ use sha2::{Digest, Sha256};
 use super::{ext4_size, report, unpack, BuildDir, Images, ProgressFn};
 use crate::error::{Error, IoContext, Result};
 
-/// Refuses (as out of space) a layer that unpacks to `need` bytes where the host disk at
-/// `at` has fewer free: its declared sizes are read before anything is written.
-fn check_room(at: &Path, need: u64, layer: &Path) -> Result<()> {
-    let free = crate::space::free_bytes(at).at(at)?;
-    if need <= free {
-        return Ok(());
+/// What one layer may unpack to on the filesystem of `at`: the import cap, and the free
+/// space beyond the floor shared among `copies` (the bottom layer is written twice, as a
+/// directory and as the ext4 image made of it).
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    bytes: u64,
+    /// Whether the free space, not the import cap, set it.
+    by_disk: bool,
+}
+
+impl Budget {
+    fn of(limits: super::UnpackLimits, at: &Path, copies: u64) -> Result<Budget> {
+        let free = crate::space::free_bytes(at).at(at)?;
+        let room = free.saturating_sub(limits.floor_bytes) / copies.max(1);
+        Ok(Budget {
+            bytes: room.min(limits.max_bytes),
+            by_disk: room < limits.max_bytes,
+        })
     }
-    tracing::warn!(layer = %layer.display(), need_mb = need >> 20, free_mb = free >> 20, "an image layer unpacks to more than the host disk has free");
-    Err(Error::io(
-        at,
-        std::io::Error::from_raw_os_error(libc::ENOSPC),
-    ))
+
+    /// The error for `layer` unpacking past this budget: out of space (507) when the disk
+    /// set it, else too large (413) naming the cap.
+    fn exceeded(&self, at: &Path, layer: &Path, limits: super::UnpackLimits) -> Error {
+        if self.by_disk {
+            tracing::warn!(layer = %layer.display(), room_mb = self.bytes >> 20, "an image layer unpacks to more than the host disk has free beyond its floor");
+            return Error::io(at, std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Error::TooLarge(format!(
+            "image layer {} unpacks to more than the {} MiB an import may take (max_import_bytes)",
+            layer
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            limits.max_bytes >> 20
+        ))
+    }
+}
+
+/// Unpacks `layer` into `root` within `budget`, refusing it unwritten when its declared
+/// sizes already pass it.
+fn unpack_within(
+    layer: &Path,
+    root: &Path,
+    budget: Budget,
+    at: &Path,
+    limits: super::UnpackLimits,
+) -> Result<()> {
+    match unpack::unpack_layer_within(layer, root, true, budget.bytes) {
+        Err(unpack::UnpackError::TooLarge { .. }) => Err(budget.exceeded(at, layer, limits)),
+        Err(source) => Err(Error::Layer {
+            layer: layer.into(),
+            source,
+        }),
+        Ok(()) => Ok(()),
+    }
 }
 
 /// What an unpack and seal on `mounted` made, judged by its disk server too: a write the
@@ -82,8 +124,9 @@ fn chain_ref(key: &str) -> String {
     format!("oci-chain-{}", &key[..40])
 }
 
-/// What a layer tar holds once unpacked, in bytes (entry sizes plus a block each).
-fn unpacked_size(path: &Path) -> Result<u64> {
+/// What a layer tar holds once unpacked, in bytes (entry sizes plus a block each); the
+/// count stops once it passes `stop` (a gzip bomb is not inflated to the end).
+fn unpacked_size(path: &Path, stop: u64) -> Result<u64> {
     let file = std::fs::File::open(path).at(path)?;
     let mut magic = [0u8; 2];
     let gz = std::fs::File::open(path)
@@ -102,7 +145,10 @@ fn unpacked_size(path: &Path) -> Result<u64> {
         .map_err(|e| Error::Image(format!("layer {}: {e}", path.display())))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::Image(format!("layer {}: {e}", path.display())))?;
-        total += entry.size().div_ceil(4096) * 4096 + 4096;
+        total = total.saturating_add(entry.size().div_ceil(4096).saturating_mul(4096) + 4096);
+        if total > stop {
+            break;
+        }
     }
     Ok(total)
 }
@@ -164,14 +210,16 @@ impl Images {
         work: &BuildDir,
     ) -> Result<(blockstore::LayerId, u64)> {
         // Unpacked into a host directory, then made an ext4 image beside it: room for both
-        // first, so a layer whose stream expands past the host disk is refused unwritten.
-        check_room(work.path(), unpacked_size(layer)?.saturating_mul(2), layer)?;
+        // first, so a layer whose stream expands past the host disk (beyond its floor) or
+        // the import cap is refused unwritten, and the unpack itself is held to that room.
+        let (limits, at) = (self.limits(), work.path());
+        let budget = Budget::of(limits, at, 2)?;
+        if unpacked_size(layer, budget.bytes)? > budget.bytes {
+            return Err(budget.exceeded(at, layer, limits));
+        }
         let root = work.path().join("bottom");
         std::fs::create_dir(&root).at(&root)?;
-        unpack::unpack_layer(layer, &root, true).map_err(|source| Error::Layer {
-            layer: layer.into(),
-            source,
-        })?;
+        unpack_within(layer, &root, budget, at, limits)?;
         let size = ext4_size(&root)?;
         let image = work.path().join("bottom.ext4");
         disk::build_ext4_image(&root, &image, size).map_err(disk_err)?;
@@ -194,8 +242,12 @@ impl Images {
         index: usize,
     ) -> Result<(blockstore::LayerId, u64)> {
         let store = self.store();
-        let grow = unpacked_size(layer)?;
-        check_room(store.root(), grow, layer)?;
+        let limits = self.limits();
+        let budget = Budget::of(limits, store.root(), 1)?;
+        let grow = unpacked_size(layer, budget.bytes)?;
+        if grow > budget.bytes {
+            return Err(budget.exceeded(store.root(), layer, limits));
+        }
         let size = (below.1 + grow + grow / 2).div_ceil(1 << 20) << 20;
         let disk = format!("chain-{}-{}-{index}", std::process::id(), work.serial());
         store
@@ -218,11 +270,7 @@ impl Images {
                 ..disk::MountOptions::default()
             };
             let mounted = disk::MountedDisk::mount(&spec, &mnt, options).map_err(disk_err)?;
-            let sealed = unpack::unpack_layer(layer, &mnt, true)
-                .map_err(|source| Error::Layer {
-                    layer: layer.into(),
-                    source,
-                })
+            let sealed = unpack_within(layer, &mnt, budget, store.root(), limits)
                 .and_then(|()| mounted.seal().map_err(disk_err));
             let sealed = writes_kept(&mounted, sealed);
             let down = mounted.teardown().map_err(disk_err);

@@ -48,6 +48,9 @@ pub enum UnpackError {
         #[source]
         source: io::Error,
     },
+    /// The layer's tar stream, uncompressed, runs past what the unpack may write.
+    #[error("the layer unpacks to more than the {limit} bytes allowed for it")]
+    TooLarge { limit: u64 },
     #[error("whiteout {entry}: cannot remove {path}")]
     Whiteout {
         entry: PathBuf,
@@ -61,12 +64,24 @@ pub enum UnpackError {
 /// (an OCI layer), a first pass applies the layer's deletions to what lower layers left,
 /// a second pass unpacks everything else; without, `.wh.` files are ordinary files.
 pub fn unpack_layer(layer: &Path, root: &Path, whiteouts: bool) -> Result<(), UnpackError> {
+    unpack_layer_within(layer, root, whiteouts, u64::MAX)
+}
+
+/// [`unpack_layer`], stopped with [`UnpackError::TooLarge`] once the uncompressed tar
+/// stream passes `limit` bytes (which bound what the unpack writes: every byte of file
+/// data is in the stream), whatever its headers or its gzip stream claim.
+pub fn unpack_layer_within(
+    layer: &Path,
+    root: &Path,
+    whiteouts: bool,
+    limit: u64,
+) -> Result<(), UnpackError> {
     if whiteouts {
-        for_each_entry(layer, |entry, rel| {
+        for_each_entry(layer, limit, |entry, rel| {
             apply_whiteout(root, rel, &entry.path_lossy())
         })?;
     }
-    for_each_entry(layer, |entry, rel| {
+    for_each_entry(layer, limit, |entry, rel| {
         let is_wh = rel
             .file_name()
             .and_then(|n| n.to_str())
@@ -88,9 +103,26 @@ pub fn unpack_layer(layer: &Path, root: &Path, whiteouts: bool) -> Result<(), Un
 /// Calls `f` with every entry of `layer` and its cleaned path; stops at the first error.
 fn for_each_entry(
     layer: &Path,
+    limit: u64,
+    f: impl FnMut(&mut Entry<'_>, &Path) -> Result<(), UnpackError>,
+) -> Result<(), UnpackError> {
+    let over = std::rc::Rc::new(std::cell::Cell::new(false));
+    let capped = Capped {
+        inner: open_maybe_gzip(layer)?,
+        left: limit,
+        over: over.clone(),
+    };
+    let walked = walk(archive(Box::new(capped)), f);
+    match walked {
+        Err(_) if over.get() => Err(UnpackError::TooLarge { limit }),
+        other => other,
+    }
+}
+
+fn walk(
+    mut archive: tar::Archive<Box<dyn Read>>,
     mut f: impl FnMut(&mut Entry<'_>, &Path) -> Result<(), UnpackError>,
 ) -> Result<(), UnpackError> {
-    let mut archive = archive(layer)?;
     let read = |index| move |source| UnpackError::Read { index, source };
     for (index, entry) in archive.entries().map_err(read(0))?.enumerate() {
         let mut entry = entry.map_err(read(index))?;
@@ -98,6 +130,33 @@ fn for_each_entry(
         f(&mut entry, &rel)?;
     }
     Ok(())
+}
+
+/// A reader that fails once more than its budget was asked of it, and says so.
+struct Capped {
+    inner: Box<dyn Read>,
+    left: u64,
+    over: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl Read for Capped {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            // One byte more than the budget would be too much: look for it.
+            let mut probe = [0u8; 1];
+            if self.inner.read(&mut probe)? == 0 {
+                return Ok(0);
+            }
+            self.over.set(true);
+            return Err(io::Error::other("layer larger than its budget"));
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 type Entry<'a> = tar::Entry<'a, Box<dyn Read>>;
@@ -130,13 +189,13 @@ fn open_maybe_gzip(path: &Path) -> Result<Box<dyn Read>, UnpackError> {
     }
 }
 
-fn archive(path: &Path) -> Result<tar::Archive<Box<dyn Read>>, UnpackError> {
-    let mut a = tar::Archive::new(open_maybe_gzip(path)?);
+fn archive(stream: Box<dyn Read>) -> tar::Archive<Box<dyn Read>> {
+    let mut a = tar::Archive::new(stream);
     a.set_preserve_permissions(true);
     a.set_preserve_ownerships(true);
     a.set_unpack_xattrs(true);
     a.set_overwrite(true);
-    Ok(a)
+    a
 }
 
 /// A tar path made relative, without `.` and refusing `..`.
@@ -328,6 +387,38 @@ mod tests {
                 .collect();
             assert_eq!(names, ["outside", "root"]);
         }
+    }
+
+    /// A gzip bomb: a layer of one 8 MiB file of zeros, a few KiB compressed.
+    fn bomb() -> Vec<u8> {
+        let zeros = "\0".repeat(8 << 20);
+        let bytes = tar(&[E::File("big", &zeros)]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&bytes).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_unpack_limit_and_fits_under_a_larger_one() {
+        let mut f = Fixture::new();
+        let gz = bomb();
+        assert!(gz.len() < 64 << 10, "{}", gz.len());
+        let layer = f.tmp.path().join("layer-bomb");
+        std::fs::write(&layer, &gz).unwrap();
+        let e = unpack_layer_within(&layer, &f.root(), true, 1 << 20).unwrap_err();
+        assert!(
+            matches!(e, UnpackError::TooLarge { limit } if limit == 1 << 20),
+            "{e:?}"
+        );
+        let written = std::fs::metadata(f.root().join("big")).map_or(0, |m| m.len());
+        assert!(written <= 1 << 20, "{written} bytes written past the limit");
+        unpack_layer_within(&layer, &f.root(), true, 9 << 20).unwrap();
+        assert_eq!(
+            std::fs::metadata(f.root().join("big")).unwrap().len(),
+            8 << 20
+        );
+        f.layers += 1;
+        f.assert_outside_untouched();
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod sandboxes;
 mod snapshots;
 mod spawn;
 mod system;
+mod tensorlake;
 mod volumes;
 
 use std::sync::{Arc, OnceLock};
@@ -213,10 +214,13 @@ fn other_routes() -> Router<AppState> {
 
 /// The whole API; with a token, every request must carry it — but port requests (by path
 /// or by host), which the gateway authorizes itself (the API token is one of the ways).
+/// The Tensorlake SDKs' routes (`tensorlake`) sit beside the native ones, behind the
+/// same token.
 pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
     let token = token.map(Arc::new);
     let mut app = sandbox_routes()
         .merge(other_routes())
+        .merge(tensorlake::routes())
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::disable());
@@ -234,7 +238,7 @@ pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
     if manager.config().ui {
         ports = ports.merge(console::routes());
     }
-    ports
+    let routed = ports
         .merge(app)
         .layer(middleware::from_fn_with_state(
             (manager.clone(), token),
@@ -244,7 +248,12 @@ pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
             manager.clone(),
             count_errors,
         ))
-        .with_state(manager)
+        .with_state(manager);
+    // The flat Tensorlake paths of a `sandbox.X` host are rewritten before routing.
+    Router::new().fallback_service(tower::ServiceExt::map_request(
+        routed,
+        tensorlake::flat_paths,
+    ))
 }
 
 /// Sends a request whose `Host` names a sandbox's port (`{port}-{id}.<gateway_domain>`)

@@ -228,9 +228,7 @@ pub async fn import(
     Ok((StatusCode::CREATED, Json(imported?)))
 }
 
-/// Free space an import leaves on the host disk at least: the file is unpacked next to
-/// itself, and sandboxes' disks grow into the same filesystem.
-pub const IMPORT_SPACE_FLOOR: u64 = 512 << 20;
+pub use crate::config::IMPORT_SPACE_FLOOR;
 
 /// Writes the upload to `path`, refusing it past `max_import_bytes` (413) or once the host
 /// disk would keep less than [`IMPORT_SPACE_FLOOR`] (507).

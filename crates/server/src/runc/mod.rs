@@ -61,7 +61,16 @@ impl RuncBackend {
         runtime::host::runc_version::check().map_err(host_err)?;
         let data = config.data_dir.clone();
         let disks = Disks::open_with(data.join("store"), config.disk_flush).map_err(host_err)?;
-        let images = Arc::new(Images::new(disks.store().clone(), data.join("images")));
+        // Pulls and unpacks keep to the import cap and the free-space floor of imports.
+        let floor = crate::config::IMPORT_SPACE_FLOOR;
+        let images = Arc::new(
+            Images::new(disks.store().clone(), data.join("images")).with_unpack_limits(
+                runtime::image::UnpackLimits {
+                    max_bytes: config.max_import_bytes,
+                    floor_bytes: floor,
+                },
+            ),
+        );
         let mut rc = RuntimeConfig::new(&data).map_err(host_err)?;
         rc.ready_timeout = Duration::from_secs(30);
         if config.memory_merge
@@ -87,11 +96,13 @@ impl RuncBackend {
             .with_lazy_pages(lazy);
         let runtime = Arc::new(ContainerRuntime::new(rc, Arc::new(host)));
         let blobs = registry::BlobStore::open(data.join("blobs"))
-            .map_err(|e| BackendError::Host(model::error_chain(&e)))?;
+            .map_err(|e| BackendError::Host(model::error_chain(&e)))?
+            .with_floor(floor);
         let registries = registry::RegistryConfig {
             ca_certs: config.registry_ca.clone(),
             insecure: config.insecure_registries.clone(),
             docker_config: config.registry_docker_config,
+            max_image_bytes: Some(config.max_import_bytes),
         };
         let resolvers = dns::Resolvers::new(config, runtime.clone())?;
         Ok(RuncBackend {

@@ -153,6 +153,7 @@ fn publish(
         .import_layers(&pulled.reference, &layers, defaults, &report)
         .map_err(|e| match e {
             runtime::Error::Layer { .. } => BackendError::InvalidInput(model::error_chain(&e)),
+            runtime::Error::TooLarge(m) => BackendError::TooLarge(m),
             other => super::host_err(other),
         })
 }
@@ -167,6 +168,7 @@ fn pull_err(e: PullError) -> BackendError {
             BackendError::Unsupported(msg)
         }
         PullError::NotFound(_) => BackendError::NotFound(msg),
+        PullError::TooLarge { .. } => BackendError::TooLarge(msg),
         e if e.is_disk_full() => BackendError::StorageFull(msg),
         _ => BackendError::Registry(msg),
     }
