@@ -1,7 +1,12 @@
 """A whole cluster on one machine: a gateway with the Ray head in one network namespace,
 ``n`` sandfork nodes each in its own (each a Ray node with its sandbox slots), and a
 SeaweedFS S3 server on the host end of their bridge. All addresses are the test's own
-(198.19.<n>.0/24); nothing is routed anywhere else."""
+(198.19.<n>.0/24); nothing is routed anywhere else.
+
+The cluster is set up as docs/scale-out.md says: ``sandfork cluster init`` makes its
+authority and tokens, each node serves its API over TLS with a certificate issued for its
+name and address, the gateway checks them against the authority (``--node-ca``), and every
+Ray process holds Ray's token."""
 
 from __future__ import annotations
 
@@ -34,7 +39,8 @@ def ray_dir(state: Path) -> Path:
 class RayCluster:
     def __init__(self, root: Path, binary: Path, nodes: int = 4, slots: int = 10, node_timeout: int = 4) -> None:
         self.root, self.binary, self.slots, self.count = root, binary, slots, nodes
-        self.net = TestNet(nodes + 1)
+        # A spare host past the nodes: for a node the tests add (one the cluster must not trust).
+        self.net = TestNet(nodes + 2)
         self.nodes: Dict[int, Daemon] = {}
         self.gateway: Optional[subprocess.Popen] = None
         self.weed: Optional[Weed] = None
@@ -51,16 +57,18 @@ class RayCluster:
     def _start(self, nodes: int, node_timeout: int) -> None:
         self.weed = Weed(self.root / "s3", host=self.net.host_ip)
         self.token = secrets.token_hex(16)
-        self.node_token = secrets.token_hex(16)
         self.key = secrets.token_hex(32)
+        self.trust = self.root / "cluster"
+        subprocess.run([str(self.binary), "cluster", "init", str(self.trust)], check=True, capture_output=True)
+        self.node_token = (self.trust / "node.token").read_text().strip()
         (self.root / "gw").mkdir(parents=True)
         (self.root / "gw.token").write_text(self.token)
-        (self.root / "node.token").write_text(self.node_token)
         self.ray_address = f"{self.net.ip_of(0)}:6379"
         log = open(self.root / "gateway.log", "wb")
         argv = [
             str(self.binary), "gateway", "--listen", f"{self.net.ip_of(0)}:{GATEWAY_PORT}",
-            "--token-file", str(self.root / "gw.token"), "--node-token-file", str(self.root / "node.token"),
+            "--token-file", str(self.root / "gw.token"), "--node-token-file", str(self.trust / "node.token"),
+            "--node-ca", str(self.trust / "ca.pem"), "--ray-token-file", str(self.trust / "ray.token"),
             "--allow-insecure-remote", "--ray-ip", self.net.ip_of(0), "--ray-port", "6379",
             "--node-timeout-secs", str(node_timeout), "--place-timeout-secs", "5",
             "--state-dir", str(self.root / "gw"), "--domain", "cluster.test",
@@ -71,11 +79,21 @@ class RayCluster:
             self.start_node(i)
         self.wait_nodes(nodes)
 
-    def node_args(self, i: int) -> List[str]:
+    def node_args(self, i: int, name: Optional[str] = None, trust: Optional[Path] = None) -> List[str]:
+        """Node ``i``'s daemon: named ``name`` (node<i>), its certificate issued by the
+        authority in ``trust`` (the cluster's; a test's rogue node brings its own)."""
+        name = name or f"node{i}"
+        trust = trust or self.trust
         root = self.root / f"node{i}"
+        cert, key = trust / f"{name}.pem", trust / f"{name}.key"
+        if not cert.exists():
+            subprocess.run(
+                [str(self.binary), "cluster", "issue", str(trust), name, "--ip", self.net.ip_of(i)],
+                check=True, capture_output=True,
+            )  # fmt: skip
         config = root / "config.toml"
         config.write_text(
-            "allow_insecure_remote = true\n"
+            f'tls_cert = "{cert}"\ntls_key = "{key}"\n'
             'gateway_domain = "cluster.test"\n'
             "[object_store]\n"
             f'url = "s3://{BUCKET}/cluster"\nendpoint = "{self.weed.endpoint}"\nallow_http = true\n'
@@ -83,12 +101,13 @@ class RayCluster:
         )
         return [
             "serve", "--data-dir", str(root / "data"), "--socket", str(root / "s.sock"), "--config", str(config),
-            "--listen", f"{self.net.ip_of(i)}:{NODE_PORT}", "--allow-remote", "--token-file", str(self.root / "node.token"),
-            "--ray-address", self.ray_address, "--node-name", f"node{i}", "--max-sandboxes", str(self.slots),
+            "--listen", f"{self.net.ip_of(i)}:{NODE_PORT}", "--allow-remote", "--token-file", str(self.trust / "node.token"),
+            "--ray-token-file", str(self.trust / "ray.token"),
+            "--ray-address", self.ray_address, "--node-name", name, "--max-sandboxes", str(self.slots),
             "--pool-size", "0", "--default-image", "busybox",
         ]  # fmt: skip
 
-    def start_node(self, i: int) -> Daemon:
+    def start_node(self, i: int, name: Optional[str] = None, trust: Optional[Path] = None) -> Daemon:
         root = self.root / f"node{i}"
         (root / "data").mkdir(parents=True, exist_ok=True)
         key = root / "data" / "snapshot.key"
@@ -97,7 +116,7 @@ class RayCluster:
         log_path = root / "daemon.log"
         with open(log_path, "ab") as log:
             p = subprocess.Popen(
-                self.net.enter(i, [str(self.binary), *self.node_args(i)]),
+                self.net.enter(i, [str(self.binary), *self.node_args(i, name, trust)]),
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "RUST_LOG": "info"},
             )  # fmt: skip
@@ -157,6 +176,12 @@ class RayCluster:
             if sandbox_id in ids:
                 return i
         return None
+
+    def stop_node(self, i: int) -> None:
+        """Node ``i`` stopped as an operator would (SIGTERM: it leaves Ray) and checked clean."""
+        problems = tear_down(self.nodes.pop(i))
+        shutil.rmtree(ray_dir(self.root / f"node{i}" / "data"), ignore_errors=True)
+        assert not problems, problems
 
     def kill_node(self, i: int) -> None:
         """Every process of node ``i`` (its daemon, disk servers and Ray) killed at once."""

@@ -11,7 +11,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use crate::node::{self, NodeError};
+use crate::node::NodeError;
 use crate::routes::no_nodes;
 use crate::{error, json_response, node_error, Gateway};
 
@@ -42,14 +42,16 @@ impl Gateway {
         // The snapshot must be in the object store before other nodes can start from it.
         let mut snapshot = Value::Null;
         for h in holders.iter().filter_map(|h| self.node(h)) {
-            match node::call(
-                &h.api,
-                Method::POST,
-                &format!("/v1/snapshots/{id}/publish"),
-                &self.node_token,
-                None,
-            )
-            .await
+            match self
+                .links
+                .call(
+                    &h.api,
+                    Method::POST,
+                    &format!("/v1/snapshots/{id}/publish"),
+                    &self.node_token,
+                    None,
+                )
+                .await
             {
                 Ok(v) => {
                     snapshot = v;
@@ -81,15 +83,16 @@ impl Gateway {
         let Some(n) = self.alive().into_iter().next() else {
             return Err(no_nodes());
         };
-        node::call(
-            &n.api,
-            Method::GET,
-            &format!("/v1/snapshots/{id}"),
-            &self.node_token,
-            None,
-        )
-        .await
-        .map_err(node_error)
+        self.links
+            .call(
+                &n.api,
+                Method::GET,
+                &format!("/v1/snapshots/{id}"),
+                &self.node_token,
+                None,
+            )
+            .await
+            .map_err(node_error)
     }
 
     /// Places and starts the children `indices`, retrying once elsewhere the shares of
@@ -177,6 +180,7 @@ impl Gateway {
             .place(
                 indices.len() as u32,
                 prefer,
+                &self.trusted_ids(),
                 memory,
                 self.config.place_timeout,
             )
@@ -239,14 +243,16 @@ impl Gateway {
                 .collect();
             b["per_child"] = json!(slice);
         }
-        let result = node::call(
-            &s.node.api,
-            Method::POST,
-            &format!("/v1/snapshots/{id}/fork"),
-            &self.node_token,
-            Some(&b),
-        )
-        .await?;
+        let result = self
+            .links
+            .call(
+                &s.node.api,
+                Method::POST,
+                &format!("/v1/snapshots/{id}/fork"),
+                &self.node_token,
+                Some(&b),
+            )
+            .await?;
         let children = result["children"].as_array().cloned().unwrap_or_default();
         let mut free = Vec::new();
         for (c, pg) in children.iter().zip(&s.pgs) {
@@ -276,14 +282,16 @@ impl Gateway {
             Err(r) => return r,
         };
         let path = format!("/v1/sandboxes/{id}/checkpoint");
-        let snap = match node::call(
-            &p.api,
-            Method::POST,
-            &path,
-            &self.node_token,
-            Some(&json!({"type": "memory"})),
-        )
-        .await
+        let snap = match self
+            .links
+            .call(
+                &p.api,
+                Method::POST,
+                &path,
+                &self.node_token,
+                Some(&json!({"type": "memory"})),
+            )
+            .await
         {
             Ok(v) => v,
             Err(e) => return node_error(e),

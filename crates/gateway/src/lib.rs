@@ -12,6 +12,7 @@ mod directory;
 mod fanout;
 pub mod node;
 mod routes;
+pub mod trust;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -55,6 +56,15 @@ pub struct GatewayConfig {
     pub domain: String,
     pub state_dir: PathBuf,
     pub python: String,
+    /// The cluster's authority (PEM): nodes are spoken to over TLS, and only those whose
+    /// certificate it signed for their node name (see [`trust`]).
+    pub node_ca: Option<PathBuf>,
+    /// Speak plain HTTP to nodes off this machine (the node token then crosses the
+    /// network in clear).
+    pub allow_insecure_nodes: bool,
+    /// Ray's token (its token authentication is always on); made in `state_dir` when the
+    /// gateway starts the head and none is given.
+    pub ray_token_file: Option<PathBuf>,
 }
 
 /// Why the gateway could not start.
@@ -89,7 +99,10 @@ pub struct Gateway {
     pub(crate) ray: Helper,
     pub(crate) token: Token,
     pub(crate) node_token: String,
+    pub(crate) links: Arc<node::Links>,
     nodes: RwLock<Vec<NodeInfo>>,
+    /// Nodes refused, already logged.
+    refused: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
     pub(crate) counters: Counters,
 }
 
@@ -115,16 +128,39 @@ impl Gateway {
         self.nodes().into_iter().filter(|n| n.alive).collect()
     }
 
+    /// Ray's ids of the live nodes this gateway trusts: where placements may go.
+    pub(crate) fn trusted_ids(&self) -> Vec<String> {
+        self.alive().into_iter().map(|n| n.id).collect()
+    }
+
     pub(crate) fn node(&self, id: &str) -> Option<NodeInfo> {
         self.nodes().into_iter().find(|n| n.id == id)
     }
 
-    /// Asks Ray for the nodes now.
+    /// Asks Ray for the nodes now; keeps those found trustworthy (`node::Links::admit`).
     pub(crate) async fn refresh(&self) {
-        match self.ray.nodes().await {
-            Ok(n) => *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = n,
-            Err(e) => tracing::warn!(error = %e, "cannot list the cluster's nodes"),
+        let all = match self.ray.nodes().await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the cluster's nodes");
+                return;
+            }
+        };
+        let mut trusted = Vec::with_capacity(all.len());
+        for n in all {
+            match self.links.admit(&n.api, &n.name).await {
+                Ok(()) => trusted.push(n),
+                // A node that went away is kept (as dead) once it was admitted.
+                Err(e) if e.is_unreachable() && self.node(&n.id).is_some() => trusted.push(n),
+                Err(e) => {
+                    let mut warned = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+                    if warned.insert((n.id.clone(), n.api.clone())) {
+                        tracing::warn!(node = %n.name, id = %n.id, error = %e, "a Ray node labelled as a sandfork node is not used");
+                    }
+                }
+            }
         }
+        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = trusted;
     }
 }
 
@@ -176,19 +212,43 @@ pub async fn run(
         python: config.python.clone(),
         log: config.state_dir.join("ray-node.log"),
         temp_dir: ray::NodeSpec::temp_dir_for(&config.state_dir),
+        token_file: None,
+    };
+    let links = Arc::new(node::Links::new(
+        config
+            .node_ca
+            .as_deref()
+            .map(trust::connector)
+            .transpose()
+            .map_err(|e| GatewayError::Config(e.to_string()))?,
+        config.allow_insecure_nodes,
+    ));
+    let ray_token = ray_token(&config)?;
+    let spec = ray::NodeSpec {
+        token_file: Some(ray_token.clone()),
+        ..spec
     };
     let ray_node = RayNode::start(&spec)?;
     let address = config
         .ray_address
         .clone()
         .unwrap_or_else(|| format!("{}:{}", config.ray_ip, config.ray_port));
-    let helper = Helper::start(&config.python, &address, &config.ray_ip, &config.state_dir).await?;
+    let helper = Helper::start(
+        &config.python,
+        &address,
+        &config.ray_ip,
+        &config.state_dir,
+        &ray_token,
+    )
+    .await?;
     let g = Arc::new(Gateway {
         config,
         ray: helper,
         token,
         node_token,
+        links,
         nodes: RwLock::new(Vec::new()),
+        refused: Default::default(),
         counters: Counters::default(),
     });
     g.refresh().await;
@@ -209,6 +269,26 @@ pub async fn run(
     drop(g);
     ray_node.stop(Duration::from_secs(10)).await;
     Ok(())
+}
+
+/// Ray's token file: the one given, else (when the gateway starts the head) one made in
+/// its state directory, which the nodes then need too.
+fn ray_token(config: &GatewayConfig) -> Result<PathBuf, GatewayError> {
+    if let Some(t) = &config.ray_token_file {
+        read_token(t)?;
+        return Ok(t.clone());
+    }
+    if config.ray_address.is_some() {
+        return Err(GatewayError::Config(
+            "joining an existing Ray cluster needs its token: --ray-token-file".into(),
+        ));
+    }
+    let path = config.state_dir.join(trust::RAY_TOKEN);
+    if !path.exists() {
+        trust::new_token(&path).map_err(|e| GatewayError::Config(e.to_string()))?;
+        tracing::info!(path = %path.display(), "made Ray's token: nodes join with --ray-token-file set to a copy of it");
+    }
+    Ok(path)
 }
 
 /// Keeps the node list current (a node's death shows within a second of Ray's verdict).
@@ -247,6 +327,9 @@ pub(crate) fn node_error(e: node::NodeError) -> Response {
         }
         node::NodeError::Protocol { .. } => {
             error(StatusCode::BAD_GATEWAY, "node_protocol", e.to_string())
+        }
+        node::NodeError::Untrusted { .. } => {
+            error(StatusCode::BAD_GATEWAY, "node_untrusted", e.to_string())
         }
     }
 }

@@ -29,6 +29,8 @@ pub enum NodeError {
     },
     #[error("node {api}: {detail}")]
     Protocol { api: String, detail: String },
+    #[error("node {api} is not trusted: {detail}")]
+    Untrusted { api: String, detail: String },
 }
 
 impl NodeError {
@@ -38,50 +40,188 @@ impl NodeError {
     }
 }
 
-/// `host:port` of a node's base URL (`http://host:port`).
-fn authority(api: &str) -> Result<String, NodeError> {
+/// `host:port` of a node's base URL (`http://host:port` or `https://host:port`), and
+/// whether it is TLS.
+fn authority(api: &str) -> Result<(String, bool), NodeError> {
     let uri: Uri = api.parse().map_err(|_| NodeError::Protocol {
         api: api.into(),
         detail: "not a URL".into(),
     })?;
-    if uri.scheme_str() != Some("http") {
-        return Err(NodeError::Protocol {
-            api: api.into(),
-            detail: "only http:// node addresses are spoken to (TLS to nodes is not built yet)"
-                .into(),
-        });
+    let tls = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => {
+            return Err(NodeError::Protocol {
+                api: api.into(),
+                detail: "a node's address is http:// or https://".into(),
+            })
+        }
+    };
+    let authority = uri.authority().ok_or_else(|| NodeError::Protocol {
+        api: api.into(),
+        detail: "no host".into(),
+    })?;
+    Ok((authority.to_string(), tls))
+}
+
+/// How the gateway reaches its nodes, and which it trusts: over TLS, a node whose
+/// certificate chains to the cluster's authority and names it (see `crate::trust`);
+/// in plain HTTP, only a node on loopback, unless the operator allowed more.
+pub struct Links {
+    tls: Option<tokio_rustls::TlsConnector>,
+    allow_plain: bool,
+    /// API address → node name, of the nodes found trustworthy.
+    trusted: std::sync::RwLock<std::collections::HashMap<String, String>>,
+}
+
+impl Links {
+    pub fn new(tls: Option<tokio_rustls::TlsConnector>, allow_plain: bool) -> Links {
+        Links {
+            tls,
+            allow_plain,
+            trusted: Default::default(),
+        }
     }
-    uri.authority()
-        .map(|a| a.to_string())
-        .ok_or_else(|| NodeError::Protocol {
+
+    fn trusted_name(&self, api: &str) -> Option<String> {
+        self.trusted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(api)
+            .cloned()
+    }
+
+    /// Whether node `name` at `api` may receive the cluster's calls: checked once per
+    /// address and name (a TLS handshake), then remembered.
+    pub async fn admit(&self, api: &str, name: &str) -> Result<(), NodeError> {
+        if self.trusted_name(api).as_deref() == Some(name) {
+            return Ok(());
+        }
+        let untrusted = |detail: String| NodeError::Untrusted {
             api: api.into(),
-            detail: "no host".into(),
+            detail,
+        };
+        let (host, tls) = authority(api)?;
+        if tls {
+            let stream = connect(api, &host).await?;
+            self.handshake(api, name, stream).await?;
+        } else if !self.allow_plain && !is_loopback(&host) {
+            return Err(untrusted(
+                "plain HTTP to a node off this machine would send the node token in clear: \
+                 serve nodes over TLS with certificates of the cluster's authority (gateway \
+                 --node-ca), or pass --allow-insecure-nodes"
+                    .into(),
+            ));
+        }
+        self.trusted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(api.to_string(), name.to_string());
+        Ok(())
+    }
+
+    async fn handshake(
+        &self,
+        api: &str,
+        name: &str,
+        stream: TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, NodeError> {
+        let untrusted = |detail: String| NodeError::Untrusted {
+            api: api.into(),
+            detail,
+        };
+        let Some(connector) = &self.tls else {
+            return Err(untrusted(
+                "the node speaks TLS and the gateway has no cluster authority to check it \
+                 (--node-ca)"
+                    .into(),
+            ));
+        };
+        let server_name = crate::trust::server_name(name)
+            .ok_or_else(|| untrusted(format!("{name:?} cannot be a certificate's name")))?;
+        connector.connect(server_name, stream).await.map_err(|e| {
+            untrusted(format!(
+                "its certificate is not the cluster's for {name}: {e}"
+            ))
         })
+    }
+
+    /// Sends `req` (its path and query; headers as the caller left them) to node `api` and
+    /// returns the node's answer, its body streaming.
+    pub async fn send(&self, api: &str, req: Request<Body>) -> Result<Response<Body>, NodeError> {
+        self.send_as(api, req, false).await
+    }
+
+    /// [`Links::send`], keeping the request's own `Host` when `keep_host` (a port reached
+    /// by host name: the node routes it by that name, its `gateway_domain` being the
+    /// gateway's). Only to a node found trustworthy.
+    pub async fn send_as(
+        &self,
+        api: &str,
+        mut req: Request<Body>,
+        keep_host: bool,
+    ) -> Result<Response<Body>, NodeError> {
+        let (host, tls) = authority(api)?;
+        let Some(name) = self.trusted_name(api) else {
+            return Err(NodeError::Untrusted {
+                api: api.into(),
+                detail: "not an address of a trusted node of this cluster".into(),
+            });
+        };
+        let stream = connect(api, &host).await?;
+        prepare(api, &host, &mut req, keep_host)?;
+        if tls {
+            let stream = self.handshake(api, &name, stream).await?;
+            exchange(api, TokioIo::new(stream), req).await
+        } else {
+            exchange(api, TokioIo::new(stream), req).await
+        }
+    }
+
+    /// A JSON call: the decoded answer of a 2xx, else the node's error.
+    pub async fn call(
+        &self,
+        api: &str,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value, NodeError> {
+        let resp = self.send(api, request(method, path, token, body)).await?;
+        decode(api, resp).await
+    }
 }
 
-/// Sends `req` (its path and query; headers as the caller left them) to node `api` and
-/// returns the node's answer, its body streaming.
-pub async fn send(api: &str, req: Request<Body>) -> Result<Response<Body>, NodeError> {
-    send_as(api, req, false).await
+fn is_loopback(authority: &str) -> bool {
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// [`send`], keeping the request's own `Host` when `keep_host` (a port reached by host
-/// name: the node routes it by that name, its `gateway_domain` being the gateway's).
-pub async fn send_as(
-    api: &str,
-    mut req: Request<Body>,
-    keep_host: bool,
-) -> Result<Response<Body>, NodeError> {
+async fn connect(api: &str, host: &str) -> Result<TcpStream, NodeError> {
     let unreachable = |detail: String| NodeError::Unreachable {
         api: api.into(),
         detail,
     };
-    let host = authority(api)?;
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&host))
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(host))
         .await
         .map_err(|_| unreachable(format!("no connection within {CONNECT_TIMEOUT:?}")))?
         .map_err(|e| unreachable(e.to_string()))?;
     let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The request as a node gets it: origin-form path, no hop-by-hop headers, the node's
+/// `Host` (unless kept), HTTP/1.1.
+fn prepare(
+    api: &str,
+    host: &str,
+    req: &mut Request<Body>,
+    keep_host: bool,
+) -> Result<(), NodeError> {
     let path = req
         .uri()
         .path_and_query()
@@ -94,13 +234,30 @@ pub async fn send_as(
     let upgrade = server::api::wants_upgrade(req.headers());
     server::api::strip_hop_by_hop(req.headers_mut(), upgrade);
     if !(keep_host && req.headers().contains_key(header::HOST)) {
-        if let Ok(h) = HeaderValue::from_str(&host) {
+        if let Ok(h) = HeaderValue::from_str(host) {
             req.headers_mut().insert(header::HOST, h);
         }
     }
     *req.version_mut() = axum::http::Version::HTTP_11;
+    Ok(())
+}
+
+/// One request over `io`; upgrades (terminals' WebSockets) joined end to end.
+async fn exchange<IO>(
+    api: &str,
+    io: IO,
+    mut req: Request<Body>,
+) -> Result<Response<Body>, NodeError>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let unreachable = |detail: String| NodeError::Unreachable {
+        api: api.into(),
+        detail,
+    };
+    let upgrade = server::api::wants_upgrade(req.headers());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| unreachable(e.to_string()))?;
     tokio::spawn(async move {
@@ -166,15 +323,8 @@ pub async fn read(api: &str, resp: Response<Body>) -> Result<(StatusCode, Bytes)
     Ok((status, bytes))
 }
 
-/// A JSON call: the decoded answer of a 2xx, else the node's error.
-pub async fn call(
-    api: &str,
-    method: Method,
-    path: &str,
-    token: &str,
-    body: Option<&serde_json::Value>,
-) -> Result<serde_json::Value, NodeError> {
-    let resp = send(api, request(method, path, token, body)).await?;
+/// The decoded answer of a 2xx, else the node's error.
+async fn decode(api: &str, resp: Response<Body>) -> Result<serde_json::Value, NodeError> {
     let (status, bytes) = read(api, resp).await?;
     if !status.is_success() {
         let message = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -212,12 +362,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn node_addresses_are_plain_http_host_and_port() {
+    fn node_addresses_are_http_or_https_host_and_port() {
         assert_eq!(
             authority("http://198.18.0.11:7070").unwrap(),
-            "198.18.0.11:7070"
+            ("198.18.0.11:7070".to_string(), false)
         );
-        assert!(authority("https://198.18.0.11:7070").is_err());
+        assert_eq!(
+            authority("https://198.18.0.11:7070").unwrap(),
+            ("198.18.0.11:7070".to_string(), true)
+        );
+        assert!(authority("ftp://198.18.0.11:7070").is_err());
         assert!(authority("nonsense").is_err());
+    }
+
+    #[tokio::test]
+    async fn plain_http_reaches_only_loopback_nodes_unless_allowed() {
+        let strict = Links::new(None, false);
+        assert!(strict.admit("http://127.0.0.1:7070", "n1").await.is_ok());
+        let far = strict.admit("http://198.18.0.11:7070", "n2").await;
+        assert!(matches!(far, Err(NodeError::Untrusted { .. })), "{far:?}");
+        // Never admitted: nothing is sent there, whatever the directory says.
+        let sent = strict
+            .send("http://198.18.0.11:7070", Request::new(Body::empty()))
+            .await;
+        assert!(matches!(sent, Err(NodeError::Untrusted { .. })), "{sent:?}");
+        let lax = Links::new(None, true);
+        assert!(lax.admit("http://198.18.0.11:7070", "n2").await.is_ok());
     }
 }

@@ -157,7 +157,21 @@ impl Gateway {
         }
     }
 
+    /// Where sandbox `id_or_name` runs, as the directory says. The entry's address is
+    /// not taken on trust (anyone who can write Ray's store could point it anywhere): the
+    /// address used is that of the node the entry names, as this gateway admitted it.
     pub(crate) async fn placed(&self, id_or_name: &str) -> Option<(String, Placed)> {
+        let (id, mut p) = self.directory_entry(id_or_name).await?;
+        if let Some(n) = self.node(&p.node) {
+            if n.api != p.api {
+                tracing::warn!(sandbox = %id, entry = %p.api, node = %n.api, "a directory entry names another address than its node's: the node's is used");
+                p.api = n.api;
+            }
+        }
+        Some((id, p))
+    }
+
+    async fn directory_entry(&self, id_or_name: &str) -> Option<(String, Placed)> {
         if let Ok(Some(v)) = self.ray.get(&directory::sandbox(id_or_name)).await {
             return serde_json::from_str(&v)
                 .ok()
@@ -235,7 +249,10 @@ impl Gateway {
         let Some(n) = self.alive().into_iter().next() else {
             return no_nodes();
         };
-        node::send(&n.api, req).await.unwrap_or_else(node_error)
+        self.links
+            .send(&n.api, req)
+            .await
+            .unwrap_or_else(node_error)
     }
 
     async fn create(&self, req: Request) -> Response {
@@ -263,7 +280,7 @@ impl Gateway {
                 "Ray placed the sandbox on a node that is gone",
             );
         };
-        let answer = match node::send(&n.api, rebuild(&parts, &body)).await {
+        let answer = match self.links.send(&n.api, rebuild(&parts, &body)).await {
             Ok(resp) => node::read(&n.api, resp).await,
             Err(e) => Err(e),
         };
@@ -294,7 +311,13 @@ impl Gateway {
     ) -> Result<Vec<ray::Placement>, Response> {
         match self
             .ray
-            .place(count, prefer, memory_mb, self.config.place_timeout)
+            .place(
+                count,
+                prefer,
+                &self.trusted_ids(),
+                memory_mb,
+                self.config.place_timeout,
+            )
             .await
         {
             Ok(p) => {
@@ -359,7 +382,10 @@ impl Gateway {
         let calls = self.alive().into_iter().map(|n| {
             let method = method.clone();
             async move {
-                let r = node::call(&n.api, method, path, &self.node_token, body).await;
+                let r = self
+                    .links
+                    .call(&n.api, method, path, &self.node_token, body)
+                    .await;
                 (n, r)
             }
         });
@@ -384,7 +410,7 @@ impl Gateway {
         let path = req.uri().path().to_string();
         let segs: Vec<String> = path.split('/').skip(4).map(String::from).collect();
         let method = req.method().clone();
-        let resp = match node::send(&p.api, req).await {
+        let resp = match self.links.send(&p.api, req).await {
             Ok(r) => r,
             Err(e) => return node_error(e),
         };
@@ -412,7 +438,9 @@ impl Gateway {
     async fn to_port_by_host(&self, id: &str, req: Request) -> Response {
         match self.placed(id).await {
             Some((id, p)) if self.is_lost(&p) => self.lost(&id, &p, req).await,
-            Some((_, p)) => node::send_as(&p.api, req, true)
+            Some((_, p)) => self
+                .links
+                .send_as(&p.api, req, true)
                 .await
                 .unwrap_or_else(node_error),
             None => error(
@@ -489,7 +517,11 @@ impl Gateway {
             .and_then(|h| self.node(h))
             .or_else(|| self.alive().into_iter().next());
         match target {
-            Some(n) => node::send(&n.api, req).await.unwrap_or_else(node_error),
+            Some(n) => self
+                .links
+                .send(&n.api, req)
+                .await
+                .unwrap_or_else(node_error),
             None => no_nodes(),
         }
     }
@@ -499,7 +531,10 @@ impl Gateway {
             return no_nodes();
         };
         let path = format!("/v1/snapshots/{id}?everywhere=true");
-        if let Err(e) = node::call(&first.api, Method::DELETE, &path, &self.node_token, None).await
+        if let Err(e) = self
+            .links
+            .call(&first.api, Method::DELETE, &path, &self.node_token, None)
+            .await
         {
             return node_error(e);
         }
@@ -548,7 +583,7 @@ impl Gateway {
         let sends = nodes.iter().map(|n| {
             let r = rebuild(&parts, &body);
             async move {
-                match node::send(&n.api, r).await {
+                match self.links.send(&n.api, r).await {
                     Ok(resp) => node::read(&n.api, resp).await,
                     Err(e) => Err(e),
                 }
@@ -578,9 +613,9 @@ impl Gateway {
         for n in self.alive() {
             let mut r = node::request(Method::GET, &req.uri().to_string(), &self.node_token, None);
             *r.headers_mut() = req.headers().clone();
-            let tx = tx.clone();
+            let (tx, links) = (tx.clone(), self.links.clone());
             tokio::spawn(async move {
-                let Ok(resp) = node::send(&n.api, r).await else {
+                let Ok(resp) = links.send(&n.api, r).await else {
                     return;
                 };
                 let mut body = resp.into_body().into_data_stream();

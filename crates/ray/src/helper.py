@@ -63,10 +63,16 @@ def place(req):
     bundle = {SLOT: 1.0}
     if req.get("memory_mb"):
         bundle["memory"] = float(req["memory_mb"]) * 1024 * 1024
+    # Only on the nodes the gateway trusts: a Ray node that merely labels itself a sandfork
+    # node gets no placement.
+    only = [n for n in (req.get("only") or []) if all(c in "0123456789abcdef" for c in n)]
+    if not only:
+        return [{"error": "no trusted sandfork node"} for _ in range(count)]
+    selector = [{"ray.io/node-id": "in(%s)" % ",".join(only)}]
     groups = []
     for i in range(count):
         target = prefer[i % len(prefer)] if prefer else None
-        groups.append(placement_group([bundle], strategy="STRICT_PACK", lifetime="detached", _soft_target_node_id=target))
+        groups.append(placement_group([bundle], strategy="STRICT_PACK", lifetime="detached", _soft_target_node_id=target, bundle_label_selector=selector))
     out = []
     for pg in groups:
         if pg.wait(timeout_seconds=float(req.get("timeout", 10))):

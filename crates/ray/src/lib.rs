@@ -47,11 +47,22 @@ pub enum RayError {
 
 pub type Result<T, E = RayError> = std::result::Result<T, E>;
 
-/// The environment every Ray process gets: no usage reports leave the machine.
-fn quiet(cmd: &mut Command) {
+/// The environment every Ray process gets: no usage reports leave the machine, and with
+/// `token` (the cluster's token file) Ray's token authentication is on: a process without
+/// the token can neither join the cluster nor use it.
+fn quiet(cmd: &mut Command, token: Option<&Path>) {
     cmd.env("RAY_USAGE_STATS_ENABLED", "0")
         .env("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
-        .env("PYTHONUNBUFFERED", "1");
+        .env("PYTHONUNBUFFERED", "1")
+        .env_remove("RAY_AUTH_TOKEN");
+    match token {
+        Some(t) => cmd
+            .env("RAY_AUTH_MODE", "token")
+            .env("RAY_AUTH_TOKEN_PATH", t),
+        None => cmd
+            .env_remove("RAY_AUTH_MODE")
+            .env_remove("RAY_AUTH_TOKEN_PATH"),
+    };
 }
 
 /// What a node offers and how it is reached.
@@ -75,6 +86,8 @@ pub struct NodeSpec {
     pub python: String,
     /// Where the node's logs go.
     pub log: PathBuf,
+    /// The cluster's Ray token (token authentication on); `None` only for a test head.
+    pub token_file: Option<PathBuf>,
     /// Ray's directory for this node (sessions, logs, sockets): one per node, as several
     /// nodes on one machine would collide in a shared one. Kept short: Unix socket paths
     /// live below it.
@@ -158,7 +171,7 @@ impl RayNode {
                 ),
             ]);
         }
-        quiet(&mut cmd);
+        quiet(&mut cmd, spec.token_file.as_deref());
         let log = std::fs::File::create(&spec.log).map_err(|source| RayError::Spawn {
             what: format!("its log {}", spec.log.display()),
             source,
@@ -253,7 +266,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Helper {
     /// Writes the helper into `dir`, starts it against the cluster at `address` from this
     /// node's `ip`, and waits until it is connected.
-    pub async fn start(python: &str, address: &str, ip: &str, dir: &Path) -> Result<Helper> {
+    pub async fn start(
+        python: &str,
+        address: &str,
+        ip: &str,
+        dir: &Path,
+        token: &Path,
+    ) -> Result<Helper> {
         let script = dir.join("sandfork_ray_helper.py");
         std::fs::write(&script, HELPER).map_err(|source| RayError::Spawn {
             what: format!("the helper at {}", script.display()),
@@ -267,7 +286,7 @@ impl Helper {
         })?;
         let mut cmd = Command::new(python);
         cmd.arg(&script).args([address, ip]);
-        quiet(&mut cmd);
+        quiet(&mut cmd, Some(token));
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -335,14 +354,17 @@ impl Helper {
     }
 
     /// Places `count` sandboxes of `memory_mb` each, preferring (in turn) `prefer`'s nodes.
+    /// One placement group per sandbox, each on one of the nodes `only` (Ray's node ids:
+    /// those the caller trusts), soft-targeted at `prefer`.
     pub async fn place(
         &self,
         count: u32,
         prefer: &[String],
+        only: &[String],
         memory_mb: u64,
         timeout: Duration,
     ) -> Result<Vec<Placement>> {
-        let args = json!({"count": count, "prefer": prefer, "memory_mb": memory_mb, "timeout": timeout.as_secs_f64()});
+        let args = json!({"count": count, "prefer": prefer, "only": only, "memory_mb": memory_mb, "timeout": timeout.as_secs_f64()});
         decode(self.call("place", args).await?)
     }
 

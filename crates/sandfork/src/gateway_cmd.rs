@@ -47,6 +47,55 @@ pub struct GatewayArgs {
     /// The Python with the `ray` package.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// The cluster's authority (`sandfork cluster init`'s ca.pem): nodes are spoken to over
+    /// TLS, and only those whose certificate it signed for their node name
+    #[arg(long, value_name = "PEM")]
+    pub node_ca: Option<PathBuf>,
+    /// Speak plain HTTP to nodes off this machine (the node token then crosses the network in clear)
+    #[arg(long)]
+    pub allow_insecure_nodes: bool,
+    /// Ray's token file (default: <state-dir>/ray.token, made when the gateway starts the head)
+    #[arg(long, value_name = "FILE")]
+    pub ray_token_file: Option<PathBuf>,
+}
+
+/// `sandfork cluster`: the cluster's authority, tokens and node certificates.
+#[derive(Debug, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Make a cluster's authority (ca.pem, ca.key) and tokens (ray.token, node.token) in DIR
+    Init {
+        /// Where they go (created, mode 0700)
+        dir: PathBuf,
+    },
+    /// Issue node NAME's certificate (NAME.pem, NAME.key in DIR), signed by DIR's authority
+    Issue {
+        /// The cluster directory of `cluster init`
+        dir: PathBuf,
+        /// The node's name (its --node-name)
+        name: String,
+        /// An address the node's API is reached at (repeatable)
+        #[arg(long = "ip", value_name = "IP")]
+        ips: Vec<std::net::IpAddr>,
+    },
+}
+
+pub fn cluster(c: ClusterCommand) -> Result<i32> {
+    match c {
+        ClusterCommand::Init { dir } => {
+            gateway::trust::init(&dir)?;
+            println!(
+                "{}: ca.pem (give it to the gateway: --node-ca), ca.key (keep it here), \
+                 ray.token (the gateway's and every node's --ray-token-file), node.token (the \
+                 gateway's --node-token-file, every node's --token-file)",
+                dir.display()
+            );
+        }
+        ClusterCommand::Issue { dir, name, ips } => {
+            let (cert, key) = gateway::trust::issue(&dir, &name, &ips)?;
+            println!("{} {}", cert.display(), key.display());
+        }
+    }
+    Ok(0)
 }
 
 pub async fn run(a: GatewayArgs) -> Result<i32> {
@@ -66,6 +115,9 @@ pub async fn run(a: GatewayArgs) -> Result<i32> {
         domain: a.domain,
         state_dir: a.state_dir,
         python: a.python,
+        node_ca: a.node_ca,
+        allow_insecure_nodes: a.allow_insecure_nodes,
+        ray_token_file: a.ray_token_file,
     };
     gateway::run(config, server::daemon::shutdown_signal()).await?;
     Ok(0)

@@ -29,6 +29,9 @@ enum Command {
     Gateway(gateway_cmd::GatewayArgs),
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
+    /// A cluster's authority, tokens and node certificates (docs/scale-out.md).
+    #[command(subcommand)]
+    Cluster(gateway_cmd::ClusterCommand),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -51,6 +54,15 @@ fn run() -> i32 {
             cli::quiet_on_closed_stdout();
             print!("{}", server::api::openapi_json());
             return 0;
+        }
+        Command::Cluster(c) => {
+            return match gateway_cmd::cluster(c) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("error: {}", cli::one_line(&e));
+                    1
+                }
+            };
         }
         Command::Serve(s) => Run::Serve(s),
         Command::Gateway(g) => Run::Gateway(g),
@@ -96,7 +108,7 @@ fn parse_args() -> Args {
         .filter(|arg| arg.is_global_set())
         .map(|arg| arg.clone().hide(true))
         .collect();
-    for verb in ["serve", "gateway", "openapi"] {
+    for verb in ["serve", "gateway", "openapi", "cluster"] {
         command = command.mut_subcommand(verb, |sub| sub.args(hidden.clone()));
     }
     let matches = command.get_matches();

@@ -86,6 +86,9 @@ pub struct ServeArgs {
     /// and --object-store).
     #[arg(long, value_name = "HOST:PORT")]
     pub ray_address: Option<String>,
+    /// The Ray cluster's token file (the gateway's ray.token, or `sandfork cluster init`'s)
+    #[arg(long, value_name = "FILE")]
+    pub ray_token_file: Option<std::path::PathBuf>,
 }
 
 /// The configuration: defaults, then the config file, then flags.
@@ -113,6 +116,7 @@ pub fn config_of(a: ServeArgs) -> Result<Config> {
     c.insecure_registries.extend(a.insecure_registry);
     c.node_name = a.node_name.or(c.node_name);
     c.ray_address = a.ray_address.or(c.ray_address);
+    c.ray_token_file = a.ray_token_file.or(c.ray_token_file);
     object_store_flags(
         &mut c,
         a.object_store,
@@ -201,6 +205,7 @@ mod tests {
             object_store_allow_http: false,
             node_name: None,
             ray_address: None,
+            ray_token_file: None,
         };
         let c = config_of(a).unwrap();
         assert_eq!((c.pool_size, c.pool_memory_mb), (0, 2048));

@@ -164,6 +164,9 @@ pub struct Config {
     /// places sandboxes on, its `listen` address a node label. Needs `listen` and
     /// `object_store`. docs/scale-out.md.
     pub ray_address: Option<String>,
+    /// The Ray cluster's token (Ray's token authentication is always on in a sandfork
+    /// cluster): the gateway's `ray.token`, or `sandfork cluster init`'s.
+    pub ray_token_file: Option<PathBuf>,
     /// The Python that runs Ray (with the `ray` package installed).
     pub python: String,
 }
@@ -217,6 +220,7 @@ impl Default for Config {
             remote_cache_mb: 10_240,
             node_name: None,
             ray_address: None,
+            ray_token_file: None,
             python: "python3".into(),
         }
     }
@@ -307,6 +311,13 @@ impl Config {
             if self.object_store.is_none() {
                 return Err(ConfigError::Invalid(
                     "ray_address needs object_store: nodes restore each other's snapshots from it"
+                        .into(),
+                ));
+            }
+            if self.ray_token_file.is_none() {
+                return Err(ConfigError::Invalid(
+                    "ray_address needs ray_token_file: Ray's token authentication is always on \
+                     (the gateway's ray.token, or `sandfork cluster init`'s)"
                         .into(),
                 ));
             }

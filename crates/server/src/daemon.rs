@@ -182,6 +182,8 @@ fn join_ray(config: &Config) -> Result<Option<ray::RayNode>, DaemonError> {
         python: config.python.clone(),
         log: config.data_dir.join("ray-node.log"),
         temp_dir: ray::NodeSpec::temp_dir_for(&config.data_dir),
+        // Checked by the configuration: a node never joins Ray without its token.
+        token_file: config.ray_token_file.clone(),
     };
     let node = ray::RayNode::start(&spec).map_err(|e| DaemonError::Recover(e.to_string()))?;
     tracing::info!(%address, node = %spec.name, slots = spec.slots, "joined the Ray cluster");
