@@ -10,8 +10,9 @@
 //     node scenarios.mjs list
 //     node scenarios.mjs SCENARIO [SCENARIO ...]
 //
-// Each step prints one JSON line {"step", "ok", ...}; exit status 1 when a step that
-// must succeed failed. Error scenarios record the error class and message instead.
+// Each step prints one JSON line {"step", "ok", ...} (a call that succeeded, then the values
+// it returned under the same step name); exit status 1 when a step that must succeed failed.
+// Error scenarios record the error class and message instead.
 
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -42,11 +43,26 @@ function out(step, ok = true, fields = {}) {
 
 async function must(step, fn) {
   try {
-    return await fn();
+    const value = await fn();
+    out(step);
+    return value;
   } catch (e) {
     FAILED = true;
     out(step, false, { error: e?.constructor?.name, message: String(e?.message ?? e), stack: String(e?.stack ?? "").split("\n").slice(0, 4) });
     throw e;
+  }
+}
+
+// Like must, for a call a server may refuse (a feature it lacks): the refusal is recorded
+// (ok false, "soft": true) and the scenario goes on; returns undefined then.
+async function may(step, fn) {
+  try {
+    return await fn();
+  } catch (e) {
+    const fields = { error: e?.constructor?.name, message: String(e?.message ?? e), soft: true };
+    if (e?.statusCode !== undefined) fields.statusCode = e.statusCode;
+    out(step, false, fields);
+    return undefined;
   }
 }
 
@@ -187,9 +203,20 @@ const scenarios = {
 
   async pools() {
     const client = new SandboxClient({}, true);
-    const created = await must("create_pool", () =>
+    const created = await may("create_pool", () =>
       client.createPool({ image: IMAGE, cpus: 1, memoryMb: 512, timeoutSecs: 0, maxContainers: 3, warmContainers: 1 }),
     );
+    if (created === undefined) {
+      // A server without pools: every pool call is refused the same way.
+      await may("list_pools", () => client.listPools());
+      await may("get_pool", () => client.getPool("no-such-pool"));
+      await may("claim", () => Sandbox.create({ poolId: "no-such-pool" }));
+      await may("update_pool", () =>
+        client.updatePool("no-such-pool", { image: IMAGE, cpus: 1, memoryMb: 512, maxContainers: 4, warmContainers: 0 }),
+      );
+      await may("delete_pool", () => client.deletePool("no-such-pool"));
+      return;
+    }
     out("create_pool", true, { poolId: created.poolId, namespace: created.namespace });
     const pools = await must("list_pools", () => client.listPools());
     out("list_pools", true, { ids: pools.map((p) => p.poolId) });
@@ -206,6 +233,44 @@ const scenarios = {
     await must("terminate_claimed", () => claimed.terminate());
     await must("delete_pool", () => client.deletePool(created.poolId));
     out("delete_pool");
+  },
+
+  // The fork pattern: a process whose state lives in its memory (a shell counter), a
+  // memory checkpoint, then 5 restores: in each the same process runs on, counting on from
+  // where the checkpoint caught it (a cold start would have no process, or count from 1),
+  // and each restore is its own sandbox (a file written in one is not in another).
+  async fork_warm() {
+    const counter =
+      "n=0; while :; do n=$((n+1)); echo $n > /tmp/count.tmp && mv /tmp/count.tmp /tmp/count; sleep 0.1; done";
+    const count = async (sb) => Number(text(await sb.readFile("/tmp/count")).trim() || 0);
+    const sb = await must("create", () => Sandbox.create({ image: IMAGE }));
+    const p = await must("start_counter", () => sb.startProcess("sh", { args: ["-c", counter] }));
+    await sleep(1000);
+    const atCheckpoint = await must("count_before_checkpoint", () => count(sb));
+    const snap = await must("checkpoint_mem", () => sb.checkpoint({ checkpointType: "memory", pollInterval: 0.5 }));
+    out("checkpoint_mem", true, { snapshotId: snap.snapshotId, count: atCheckpoint });
+    const restores = [];
+    const started = Date.now();
+    for (let i = 0; i < 5; i++) {
+      restores.push(await must("restore", () => Sandbox.create({ snapshotId: snap.snapshotId })));
+    }
+    out("restore", true, { count: restores.length, seconds: (Date.now() - started) / 1000, sandboxIds: restores.map((r) => r.sandboxId) });
+    await sleep(500);
+    for (const [i, r] of restores.entries()) {
+      const g = await must("get_counter", () => r.getProcess(p.pid));
+      const first = await must("read_count", () => count(r));
+      await sleep(400);
+      const later = await must("read_count", () => count(r));
+      await must("write_own", () => r.writeFile("/tmp/own", Buffer.from(`restore-${i}\n`)));
+      out("warm_state", true, { index: i, sandboxId: r.sandboxId, status: g.status, atCheckpoint, first, later });
+    }
+    const own = [];
+    for (const r of restores) own.push(text(await must("read_own", () => r.readFile("/tmp/own"))));
+    out("independent", true, { own });
+    for (const r of restores) await must("terminate_restore", () => r.terminate());
+    await must("delete_snapshot", () => Sandbox.deleteSnapshot(snap.snapshotId));
+    await must("terminate", () => sb.terminate());
+    out("terminate");
   },
 
   async processes() {

@@ -8,7 +8,8 @@ Only the environment configures the SDK: TENSORLAKE_API_URL and TENSORLAKE_API_K
     python scenarios_py.py list
     python scenarios_py.py SCENARIO [SCENARIO ...]
 
-Each scenario prints one JSON line per step: {"step": ..., "ok": bool, ...}. It exits 1
+Each scenario prints one JSON line per step: {"step": ..., "ok": bool, ...} (a call that
+succeeded, then the values it returned under the same step name). It exits 1
 when a step that must succeed failed. Error scenarios record the exception class and
 message the SDK raised instead of failing.
 """
@@ -56,7 +57,23 @@ def must(step: str, fn, *args, **kwargs):
         out(step, False, error=type(e).__name__, message=str(e),
             trace=traceback.format_exc(limit=3))
         raise
+    out(step)
     return value
+
+
+def may(step: str, fn, *args, **kwargs):
+    """Like must, for a call a server may refuse (a feature it lacks): the refusal is
+    recorded (ok false, "soft": true) and the scenario goes on; returns None then."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        fields = {"error": type(e).__name__, "message": str(e), "soft": True}
+        for attr in ("status_code", "code"):
+            v = getattr(e, attr, None)
+            if v is not None and not callable(v):
+                fields[attr] = v
+        out(step, False, **fields)
+        return None
 
 
 def expect_error(step: str, fn, *args, **kwargs) -> None:
@@ -112,8 +129,8 @@ def s_lifecycle():
     from tensorlake.sandbox import NetworkConfig
     must("update_network", client.update_sandbox, sb.sandbox_id,
          network=NetworkConfig(allow_internet_access=True, deny_out=["10.0.0.0/8"]))
-    res = must("resize", sb.update, cpus=2.0, memory_mb=1024, poll_interval=0.5)
-    out("resize", resources=sb.info().resources.model_dump())
+    if may("resize", sb.update, cpus=2.0, memory_mb=1024, poll_interval=0.5) is not None:
+        out("resize", resources=sb.info().resources.model_dump())
     must("terminate", sb.terminate)
     out("terminate")
 
@@ -201,10 +218,69 @@ def s_copy():
     out("terminate")
 
 
+COUNTER = ("n=0; while :; do n=$((n+1)); echo $n > /tmp/count.tmp && mv /tmp/count.tmp /tmp/count; "
+           "sleep 0.1; done")
+
+
+def _count(sb) -> int:
+    data = sb.read_file("/tmp/count")
+    return int(bytes(data.value if hasattr(data, "value") else data).decode().strip() or 0)
+
+
+def s_fork_warm():
+    """The fork pattern: a process whose state lives in its memory (a shell counter), a
+    memory checkpoint, then 5 restores: in each the same process runs on, counting on from
+    where the checkpoint caught it (a cold start would have no process, or count from 1),
+    and each restore is its own sandbox (a file written in one is not in another)."""
+    sb = must("create", Sandbox.create, image=IMAGE)
+    p = must("start_counter", sb.start_process, "sh", ["-c", COUNTER])
+    pid = (p.value if hasattr(p, "value") else p).pid
+    time.sleep(1.0)
+    at_checkpoint = must("count_before_checkpoint", _count, sb)
+    snap = must("checkpoint_mem", sb.checkpoint, checkpoint_type=CheckpointType.MEMORY,
+                poll_interval=0.5)
+    out("checkpoint_mem", snapshot_id=snap.snapshot_id, count=at_checkpoint)
+    restores = []
+    started = time.monotonic()
+    for i in range(5):
+        restores.append(must("restore", Sandbox.create, snapshot_id=snap.snapshot_id))
+    out("restore", count=len(restores), seconds=round(time.monotonic() - started, 3),
+        sandbox_ids=[r.sandbox_id for r in restores])
+    time.sleep(0.5)
+    for i, r in enumerate(restores):
+        g = must("get_counter", r.get_process, pid)
+        status = (g.value if hasattr(g, "value") else g).status.value
+        first = must("read_count", _count, r)
+        time.sleep(0.4)
+        later = must("read_count", _count, r)
+        must("write_own", r.write_file, "/tmp/own", f"restore-{i}\n".encode())
+        out("warm_state", index=i, sandbox_id=r.sandbox_id, status=status,
+            at_checkpoint=at_checkpoint, first=first, later=later)
+    own = []
+    for r in restores:
+        data = must("read_own", r.read_file, "/tmp/own")
+        own.append(bytes(data.value if hasattr(data, "value") else data).decode())
+    out("independent", own=own)
+    for r in restores:
+        must("terminate_restore", r.terminate)
+    must("delete_snapshot", Sandbox.delete_snapshot, snap.snapshot_id)
+    must("terminate", sb.terminate)
+    out("terminate")
+
+
 def s_pools():
     client = SandboxClient(_internal=True)
-    created = must("create_pool", client.create_pool, image=IMAGE, cpus=1.0, memory_mb=512,
-                   timeout_secs=0, max_containers=3, warm_containers=1)
+    created = may("create_pool", client.create_pool, image=IMAGE, cpus=1.0, memory_mb=512,
+                  timeout_secs=0, max_containers=3, warm_containers=1)
+    if created is None:
+        # A server without pools: every pool call is refused the same way.
+        may("list_pools", lambda: list(client.list_pools()))
+        may("get_pool", client.get_pool, "no-such-pool")
+        may("claim", Sandbox.create, pool_id="no-such-pool")
+        may("update_pool", client.update_pool, "no-such-pool", image=IMAGE, cpus=1.0,
+            memory_mb=512, max_containers=4, warm_containers=0)
+        may("delete_pool", client.delete_pool, "no-such-pool")
+        return
     pool_id = created.value.pool_id if hasattr(created, "value") else created.pool_id
     out("create_pool", pool_id=pool_id)
     pools = list(must("list_pools", client.list_pools))
@@ -420,6 +496,7 @@ SYNC = {
     "snapshot": s_snapshot,
     "copy": s_copy,
     "pools": s_pools,
+    "fork_warm": s_fork_warm,
     "processes": s_processes,
     "files": s_files,
     "pty": s_pty,
