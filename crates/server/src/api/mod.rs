@@ -3,6 +3,7 @@
 
 mod auth;
 mod console;
+mod e2b;
 mod events;
 mod exec;
 mod extract;
@@ -240,6 +241,11 @@ pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
     }
     let routed = ports
         .merge(app)
+        // E2B's SDKs (by their headers: see `e2b`), before any route or token check.
+        .layer(middleware::from_fn_with_state(
+            e2b::Edge::new(manager.clone(), token.clone()),
+            e2b::dispatch,
+        ))
         .layer(middleware::from_fn_with_state(
             (manager.clone(), token),
             route_by_host,

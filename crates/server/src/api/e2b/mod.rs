@@ -1,0 +1,132 @@
+//! E2B compatibility: the unmodified E2B SDKs (Python `e2b`, JS `e2b`) against the daemon,
+//! with only `E2B_API_URL`, `E2B_SANDBOX_URL` and `E2B_API_KEY` set. The wire format is
+//! specified in `tests/compat/e2b/WIRE.md`.
+//!
+//! A router at the edge, with no lifecycle logic of its own: every call is translated to
+//! the daemon's own types and served by the same [`Manager`] methods as `/v1`. Two planes:
+//!
+//! * the control plane (`/v2/sandboxes`, `/sandboxes/{id}/…`, `/snapshots`,
+//!   `/templates/{id}`), chosen by path when the request carries `X-API-KEY` (the daemon's
+//!   API token);
+//! * envd, the in-sandbox daemon of E2B (`/health`, `/files`, Connect-RPC
+//!   `/process.Process/*` and `/filesystem.Filesystem/*`), chosen by the `E2b-Sandbox-Id`
+//!   header and served from the host over the sandbox's agent: nothing new runs inside.
+//!   Its requests carry `X-Access-Token`, a per-sandbox token derived from the daemon's
+//!   secret (never the API token).
+//!
+//! Anything else passes on untouched.
+
+mod connect;
+mod control;
+mod envd;
+mod errors;
+mod files;
+mod filesystem;
+mod gate;
+mod multipart;
+mod process;
+mod shapes;
+mod users;
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Router;
+use tower::ServiceExt;
+
+use super::Token;
+use crate::manager::Manager;
+
+/// The header that routes a request to a sandbox's envd.
+pub const SANDBOX_HEADER: &str = "e2b-sandbox-id";
+/// The header of the control plane's key.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// What the E2B handlers share.
+pub struct Shared {
+    pub manager: Arc<Manager>,
+    pub token: Option<Arc<Token>>,
+    pub gates: gate::Gates,
+    pub users: users::Users,
+    pub watchers: filesystem::Watchers,
+}
+
+/// The handlers' state.
+pub type E2bState = Arc<Shared>;
+
+/// The E2B edge: its two routers, built once.
+#[derive(Clone)]
+pub struct Edge {
+    control: Router,
+    envd: Router,
+}
+
+impl Edge {
+    pub fn new(manager: Arc<Manager>, token: Option<Arc<Token>>) -> Self {
+        let shared = Arc::new(Shared {
+            manager,
+            token,
+            gates: gate::Gates::default(),
+            users: users::Users::default(),
+            watchers: filesystem::Watchers::default(),
+        });
+        Edge {
+            control: control::routes().with_state(shared.clone()),
+            envd: envd::routes().with_state(shared),
+        }
+    }
+}
+
+/// Sends E2B requests to their router; everything else goes on.
+pub async fn dispatch(State(edge): State<Edge>, req: Request, next: Next) -> Response {
+    let router = match plane(req.headers(), req.uri().path()) {
+        Some(Plane::Envd) => edge.envd,
+        Some(Plane::Control) => edge.control,
+        None => return next.run(req).await,
+    };
+    match router.oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Plane {
+    Envd,
+    Control,
+}
+
+/// Which E2B plane a request is for, if any.
+fn plane(headers: &HeaderMap, path: &str) -> Option<Plane> {
+    if headers.contains_key(SANDBOX_HEADER) {
+        return Some(Plane::Envd);
+    }
+    let control = path == "/v2/sandboxes"
+        || path.starts_with("/v2/sandboxes/")
+        || path.starts_with("/sandboxes/")
+        || path == "/snapshots"
+        || path.starts_with("/templates/");
+    (control && headers.contains_key(API_KEY_HEADER)).then_some(Plane::Control)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planes_are_told_by_header_and_path() {
+        let mut h = HeaderMap::new();
+        assert_eq!(plane(&h, "/v2/sandboxes"), None, "no key: not ours");
+        h.insert(API_KEY_HEADER, "k".parse().unwrap());
+        assert_eq!(plane(&h, "/v2/sandboxes"), Some(Plane::Control));
+        assert_eq!(plane(&h, "/sandboxes/x/pause"), Some(Plane::Control));
+        assert_eq!(plane(&h, "/templates/a%2Fb"), Some(Plane::Control));
+        assert_eq!(plane(&h, "/v1/sandboxes"), None);
+        h.insert(SANDBOX_HEADER, "sb".parse().unwrap());
+        assert_eq!(plane(&h, "/v1/sandboxes"), Some(Plane::Envd));
+        assert_eq!(plane(&h, "/health"), Some(Plane::Envd));
+    }
+}
