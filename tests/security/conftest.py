@@ -12,6 +12,7 @@ exec and keeps its file, and that the daemon is alive.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import shutil
 import sys
@@ -73,7 +74,10 @@ def daemon() -> Iterator[Daemon]:
     if binary is None or not implements_serve(binary):
         pytest.skip("the sandfork daemon is not built (make build)")
     root = Path(tempfile.mkdtemp(prefix="sfsec-"))
-    (root / "config.toml").write_text(f"max_upload_bytes = {MAX_UPLOAD_BYTES}\n")
+    # The operator opens the guarded addresses the egress probes' fake hosts hold, and only
+    # those (test_review_findings.py, FAKE_TARGETS): an allow_out reaches no other.
+    guarded = ["169.254.169.254/32", "10.213.77.0/24", "100.127.77.0/24", "172.29.77.0/24", "192.0.0.0/24", "192.168.213.0/24", "198.19.213.0/24"]
+    (root / "config.toml").write_text(f"max_upload_bytes = {MAX_UPLOAD_BYTES}\nallow_out_guarded = {json.dumps(guarded)}\n")
     d = start_daemon(binary, ["--config", str(root / "config.toml")], root=root)
     try:
         wait_healthy(d)

@@ -896,6 +896,39 @@ def test_metadata_and_private_ranges_refused_unless_allowed(attempts, daemon, fa
 
 
 @pytest.mark.promise("egress")
+def test_an_allow_out_opens_a_guarded_range_only_where_the_operator_allowed(attempts, daemon) -> None:
+    """A caller's `allow_out` never opens the metadata service, a private network or the
+    host's networks on its own say-so: an entry reaching into a guarded range is refused
+    (403 naming `allow_out_guarded`) at create, restore and PATCH, unless it lies inside what
+    the operator allowed (this suite's daemon allows the fake hosts' /24s and the metadata
+    /32 only)."""
+    from sandfork import Sandbox
+
+    api = Api(daemon)
+    outside = ["169.254.0.0/16", "169.254.169.253/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.1/32", "0.0.0.0/0", "100.64.0.0/10", "224.0.0.1/32"]
+    for entry in outside:
+        status, v = api.json("POST", "/v1/sandboxes", json_body={"memory_mb": 64, "allow_out": [entry]})
+        refused = status == 403 and "allow_out_guarded" in str(v)
+        attempts.refused(f"create with allow_out {entry}", refused, f"{status} {v}")
+        if status == 201:
+            api.json("DELETE", f"/v1/sandboxes/{v['id']}")
+    with Sandbox.create(memory_mb=64, allow_internet_access=True) as sb:
+        for entry in outside:
+            status, v = api.json("PATCH", f"/v1/sandboxes/{sb.id}", json_body={"allow_out": [entry]})
+            attempts.refused(f"PATCH allow_out {entry}", status == 403 and "allow_out_guarded" in str(v), f"{status} {v}")
+        snap = sb.checkpoint()
+        try:
+            status, v = api.json("POST", "/v1/sandboxes", json_body={"snapshot_id": snap.id, "allow_out": ["10.0.0.0/8"]})
+            attempts.refused("restore with allow_out 10.0.0.0/8", status == 403, f"{status} {v}")
+            if status == 201:
+                api.json("DELETE", f"/v1/sandboxes/{v['id']}")
+        finally:
+            snap.delete()
+        status, v = api.json("PATCH", f"/v1/sandboxes/{sb.id}", json_body={"allow_out": [f"{METADATA}/32", "10.213.77.9/32", "203.0.113.0/24"]})
+        attempts.refused("[control] allow_out inside what the operator allowed, and outside every guarded range", status == 200, f"{status} {v}")
+
+
+@pytest.mark.promise("egress")
 def test_guarded_ranges_are_dropped_in_the_ruleset(attempts, daemon) -> None:
     """The egress chain of an `internet` sandbox drops every guarded range (and the host's
     networks) before its final accept, with nothing accepting them earlier but DNS to the

@@ -146,6 +146,11 @@ pub struct Config {
     /// any other private, link-local or host range are dropped: a public name pointed at
     /// them is DNS rebinding. Loopback and link-local ranges cannot be listed.
     pub dns_trusted_ranges: Vec<String>,
+    /// Guarded ranges (private, link-local with the cloud metadata address, loopback,
+    /// CGNAT, the test ranges, the host's own networks) that an API caller may open with
+    /// an explicit `allow_out`: an entry is accepted only inside one of these (default
+    /// none: an `allow_out` that reaches into a guarded range is refused).
+    pub allow_out_guarded: Vec<String>,
     /// Publish snapshots to this S3-compatible object store and pull from it the ones
     /// this node lacks (an `[object_store]` table: url, endpoint, region, allow_http,
     /// access_key_id, secret_access_key; none = snapshots stay on this node).
@@ -215,6 +220,7 @@ impl Default for Config {
             gateway_connections_per_sandbox: 256,
             dns_upstreams: Vec::new(),
             dns_trusted_ranges: Vec::new(),
+            allow_out_guarded: Vec::new(),
             object_store: None,
             publish_snapshots: true,
             remote_cache_mb: 10_240,
@@ -294,6 +300,7 @@ impl Config {
             ));
         }
         self.dns_trusted()?;
+        self.guarded_allowed()?;
         if let Some(b) = &self.object_store {
             remote::Bucket::open(b).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
@@ -332,6 +339,20 @@ impl Config {
                 .map(|h| h.trim().to_string())
                 .unwrap_or_else(|_| "sandfork".into())
         })
+    }
+
+    /// `allow_out_guarded`, parsed.
+    pub fn guarded_allowed(&self) -> Result<Vec<runtime::Cidr>, ConfigError> {
+        self.allow_out_guarded
+            .iter()
+            .map(|c| {
+                c.parse().map_err(|_| {
+                    ConfigError::Invalid(format!(
+                        "allow_out_guarded entry {c:?}: not an IPv4 CIDR (a.b.c.d/n, n up to 32)"
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// `dns_trusted_ranges`, parsed; loopback and link-local (the metadata service) are

@@ -150,8 +150,11 @@ def test_create_without_internet(daemon) -> None:
 
 def test_create_with_egress_rules(daemon) -> None:
     # Sandbox.create(allow_internet_access=True, allow_out=[..., "203.0.113.10", "10.0.0.0/8"]); Sandbox.create(deny_out=[...])
-    with Sandbox.create(allow_internet_access=True, allow_out=["203.0.113.10", "10.0.0.0/8"], memory_mb=128) as sandbox:
-        assert sandbox.info().network == NetworkConfig(True, ["203.0.113.10", "10.0.0.0/8"], [])
+    with Sandbox.create(allow_internet_access=True, allow_out=["203.0.113.10", "198.51.100.0/24"], memory_mb=128) as sandbox:
+        assert sandbox.info().network == NetworkConfig(True, ["203.0.113.10", "198.51.100.0/24"], [])
+    # A private range is opened only where the operator allowed it (allow_out_guarded).
+    with pytest.raises(RemoteAPIError, match="allow_out_guarded"):
+        Sandbox.create(allow_internet_access=True, allow_out=["203.0.113.10", "10.0.0.0/8"], memory_mb=128)
     with Sandbox.create(deny_out=["198.51.100.0/24"], memory_mb=128) as sandbox:
         assert sandbox.info().network.deny_out == ["198.51.100.0/24"]
 

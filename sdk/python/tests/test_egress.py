@@ -192,7 +192,7 @@ def client(world: dict) -> Iterator[Client]:
         pytest.skip("no daemon binary with `serve --config` is built")
     root = Path(tempfile.mkdtemp(prefix="sfsdk-eg-"))
     config = root / "config.toml"
-    config.write_text(f'dns_upstreams = ["127.0.0.1:{world["port"]}"]\ndns_trusted_ranges = ["{NET}.0/29"]\n')
+    config.write_text(f'dns_upstreams = ["127.0.0.1:{world["port"]}"]\ndns_trusted_ranges = ["{NET}.0/29"]\nallow_out_guarded = ["{NET}.0/29"]\n')
     d: Daemon = start_daemon(binary, ["--config", str(config)], root=root)
     try:
         wait_healthy(d)

@@ -77,6 +77,55 @@ fn check_cidr(c: &str) -> Result<()> {
     })
 }
 
+impl Manager {
+    /// An `allow_out` may reach into a guarded range only where the operator allowed it
+    /// (`allow_out_guarded`): a caller's list never opens the metadata service, a private
+    /// network or the host's own networks on its own say-so.
+    pub(super) fn check_guarded_egress(&self, allow_out: &[String]) -> Result<()> {
+        let permitted = self
+            .config
+            .guarded_allowed()
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let host = runtime::net::HostNet::of_host();
+        let guarded: Vec<(runtime::Cidr, String)> = runtime::net::GUARDED
+            .iter()
+            .map(|g| {
+                (
+                    g.parse().expect("literal CIDR"),
+                    format!("guarded range {g}"),
+                )
+            })
+            .chain(
+                host.networks
+                    .iter()
+                    .map(|n| (*n, format!("host network {n}"))),
+            )
+            .collect();
+        for entry in allow_out {
+            let Ok(egress::Entry::Address(text)) = egress::parse_entry(entry) else {
+                continue;
+            };
+            let Ok(cidr) = text.parse::<runtime::Cidr>() else {
+                continue;
+            };
+            if permitted.iter().any(|p| p.contains(&cidr)) {
+                continue;
+            }
+            if let Some((_, what)) = guarded
+                .iter()
+                .find(|(g, _)| g.contains(&cidr) || cidr.contains(g))
+            {
+                return Err(Error::Forbidden(format!(
+                    "allow_out entry {entry:?} reaches into the {what}, which sandboxes reach \
+                     only where the operator allows it (allow_out_guarded in the daemon's \
+                     config); for everything else use network mode internet without allow_out"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Merges the `network` object with the SDK's top-level spelling.
 pub(super) fn network_of(req: &CreateSandbox) -> Result<NetworkRequest> {
     let mut net = req.network.clone().unwrap_or_default();
@@ -313,6 +362,7 @@ impl Manager {
     pub async fn create(&self, req: CreateSandbox) -> Result<Sandbox> {
         self.check_open()?;
         validate(&req)?;
+        self.check_guarded_egress(&network_of(&req)?.allow_out)?;
         let _busy = super::pool::Busy::new(&self.busy);
         if req.snapshot_id.is_some() {
             return self.create_from_snapshot(req).await;

@@ -159,6 +159,7 @@ impl Manager {
     pub async fn create_from_snapshot(&self, req: CreateSandbox) -> Result<Sandbox> {
         self.check_open()?;
         validate(&req)?;
+        self.check_guarded_egress(&super::create::network_of(&req)?.allow_out)?;
         let snap = req.snapshot_id.clone().unwrap_or_default();
         let rec = self.usable_snapshot(&snap).await?;
         check_pinned(&rec, &req)?;

@@ -32,6 +32,9 @@ impl Manager {
         for list in [&req.allow_out, &req.deny_out].into_iter().flatten() {
             check_egress_list(list)?;
         }
+        if let Some(allow) = &req.allow_out {
+            self.check_guarded_egress(allow)?;
+        }
         let exposed = req
             .exposed_ports
             .clone()
