@@ -19,6 +19,25 @@ use crate::backend::BackendError;
 use crate::error::{Error, Result};
 use crate::snapkey::{self, SnapshotKey};
 
+/// The answer to a port request without credentials that the port does not waive, the
+/// same whatever sandbox or port it names.
+pub const PORT_UNAUTHORIZED: &str = "This port is private: send the sandbox's access token \
+     (X-Sandfork-Access-Token), use a signed URL, or the API token";
+/// The answer to a port request whose credentials do not open it (wrong, expired, for
+/// another sandbox or port, or naming no sandbox), the same whatever the path names.
+pub const PORT_FORBIDDEN: &str = "The token or signature does not open this port (or it expired)";
+
+/// Refuses a port `view` does not expose (told only to callers who may open its ports).
+fn exposes(view: &api_types::Sandbox, port: u16) -> Result<()> {
+    match &view.exposed_ports {
+        Some(p) if !p.contains(&port) => Err(Error::Forbidden(format!(
+            "Port {port} of sandbox {} is not exposed (exposed: {p:?})",
+            view.id
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// How a port request tried to authenticate.
 #[derive(Debug, Default, Clone)]
 pub struct PortCredentials {
@@ -53,65 +72,98 @@ impl Manager {
         Ok(self.port_key.get_or_init(|| key))
     }
 
-    /// The token that opens every port of sandbox `id`.
+    /// The access epoch of sandbox `id` (0 for one unknown: the MACs are computed all
+    /// the same, so a refusal takes as long either way).
+    fn access_epoch(&self, id: &str) -> u32 {
+        self.get(id).map_or(0, |v| v.access_epoch)
+    }
+
+    /// The token that opens every port of sandbox `id`, in its current access epoch.
     pub fn port_token(&self, id: &str) -> Result<String> {
-        Ok(hex(&self.port_key()?.derive("port-access", id.as_bytes())))
+        let epoch = self.access_epoch(id);
+        let msg = match epoch {
+            // The first epoch's tokens are those made before epochs existed.
+            0 => id.to_string(),
+            n => format!("{id}:{n}"),
+        };
+        Ok(hex(&self.port_key()?.derive("port-access", msg.as_bytes())))
     }
 
     /// The signature of a URL to `port` of sandbox `id` valid until `expires` (Unix seconds).
     pub fn port_signature(&self, id: &str, port: u16, expires: u64) -> Result<String> {
-        let msg = format!("{id}:{port}:{expires}");
+        let msg = match self.access_epoch(id) {
+            0 => format!("{id}:{port}:{expires}"),
+            n => format!("{id}:{port}:{expires}:{n}"),
+        };
         Ok(hex(&self.port_key()?.derive("port-url", msg.as_bytes())))
     }
 
+    /// Revokes every access token and signed URL of sandbox `id_or_name` made so far;
+    /// returns its new access token.
+    pub async fn rotate_access_token(&self, id_or_name: &str) -> Result<String> {
+        self.check_open()?;
+        let entry = self.find(id_or_name)?;
+        let _op = entry.op.lock().await;
+        let view = entry.view();
+        if !view.state.is_live() {
+            return Err(Error::WrongState {
+                id: view.id,
+                state: view.state,
+            });
+        }
+        {
+            let mut row = super::lock(&entry.row);
+            row.view.access_epoch = row.view.access_epoch.saturating_add(1);
+        }
+        self.store.put_sandbox(entry.row()).await?;
+        tracing::info!(sandbox = %view.id, "access token rotated: earlier tokens and signed URLs revoked");
+        self.port_token(&view.id)
+    }
+
     /// Checks that `creds` open `port` of sandbox `id_or_name`; returns the sandbox's id.
+    ///
+    /// A caller without the API token learns nothing from a refusal: whether the name
+    /// exists, its id, which ports it exposes. Every refusal is then one of two fixed
+    /// answers, [`PORT_UNAUTHORIZED`] without credentials and [`PORT_FORBIDDEN`] with
+    /// credentials that do not open this port, whatever the path names. Only an API
+    /// client, and a caller whose credentials open the port, get the details.
     pub fn authorize_port(
         &self,
         id_or_name: &str,
         port: u16,
         creds: &PortCredentials,
     ) -> Result<String> {
-        let view = self.get(id_or_name)?;
-        if view
-            .exposed_ports
-            .as_ref()
-            .is_some_and(|p| !p.contains(&port))
-        {
-            return Err(Error::Forbidden(format!(
-                "Port {port} of sandbox {} is not exposed (exposed: {:?})",
-                view.id,
-                view.exposed_ports.unwrap_or_default()
-            )));
+        if creds.api_token {
+            let view = self.get(id_or_name)?;
+            return exposes(&view, port).map(|()| view.id);
         }
-        if view.public_ports || creds.api_token {
-            return Ok(view.id);
+        let view = self.get(id_or_name).ok();
+        let public = view.as_ref().is_some_and(|v| v.public_ports);
+        // The MACs are computed whether or not the sandbox exists, so that the time taken
+        // does not tell either.
+        let id = view.as_ref().map_or(id_or_name, |v| v.id.as_str());
+        let opened = public || self.credentials_open(id, port, creds)?;
+        match view {
+            Some(v) if opened => exposes(&v, port).map(|()| v.id),
+            _ if !creds.any() => Err(Error::Unauthorized(PORT_UNAUTHORIZED.into())),
+            _ => Err(Error::Forbidden(PORT_FORBIDDEN.into())),
         }
-        if !creds.any() {
-            return Err(Error::Unauthorized(format!(
-                "Port {port} of sandbox {} is private: send its access token \
-                 (X-Sandfork-Access-Token) or use a signed URL",
-                view.id
-            )));
-        }
+    }
+
+    /// Whether the sandbox's access token or a signed URL in `creds` opens `port` of `id`.
+    fn credentials_open(&self, id: &str, port: u16, creds: &PortCredentials) -> Result<bool> {
         let token_ok = match &creds.access_token {
-            Some(t) => equal(t, &self.port_token(&view.id)?),
+            Some(t) => equal(t, &self.port_token(id)?),
             None => false,
         };
         let signed_ok = match &creds.signed {
             Some((expires, sig)) => {
-                *expires >= unix_now()
-                    && equal(sig, &self.port_signature(&view.id, port, *expires)?)
+                let valid = equal(sig, &self.port_signature(id, port, *expires)?);
+                *expires >= unix_now() && valid
             }
             None => false,
         };
-        if token_ok || signed_ok {
-            Ok(view.id)
-        } else {
-            Err(Error::Forbidden(format!(
-                "The token or signature does not open port {port} of sandbox {} (or it expired)",
-                view.id
-            )))
-        }
+        Ok(token_ok || signed_ok)
     }
 
     /// A connection to `port` of running sandbox `id` (a suspended one is resumed first),

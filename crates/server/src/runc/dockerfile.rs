@@ -303,7 +303,9 @@ impl RuncBackend {
     }
 }
 
-/// The cache key of a RUN or COPY step.
+/// The cache key of a RUN or COPY step. Every field goes in framed by its length
+/// ([`field`]), so no two different steps, configs or contexts hash the same stream (a
+/// file's content cannot pose as the next entry's name).
 fn cache_key(
     parent: &blockstore::LayerId,
     step: &Step,
@@ -311,15 +313,29 @@ fn cache_key(
     context: &Path,
 ) -> BackendResult<String> {
     let mut h = Sha256::new();
-    h.update(format!("sandfork-dockerfile-v1\n{parent}\n{}\n", step.text));
-    h.update(format!(
-        "{:?}\n{}\n{:?}\n",
-        config.env, config.cwd, config.user
-    ));
+    for f in [
+        "sandfork-dockerfile-v2".to_string(),
+        parent.to_string(),
+        step.text.clone(),
+        format!("{:?}", config.env),
+        config.cwd.to_string(),
+        format!("{:?}", config.user),
+    ] {
+        field(&mut h, f.as_bytes());
+    }
     match &step.kind {
-        StepKind::Run { argv, args } => h.update(format!("{argv:?}\n{args:?}\n")),
+        StepKind::Run { argv, args } => {
+            field(&mut h, b"run");
+            field(&mut h, format!("{argv:?}").as_bytes());
+            field(&mut h, format!("{args:?}").as_bytes());
+        }
         StepKind::Copy { sources, dest } => {
-            h.update(format!("{sources:?} -> {dest}\n"));
+            field(&mut h, b"copy");
+            field(&mut h, &(sources.len() as u64).to_le_bytes());
+            for s in sources {
+                field(&mut h, s.as_bytes());
+            }
+            field(&mut h, dest.as_bytes());
             for s in sources {
                 let path = in_context(context, s, step.line)?;
                 hash_tree(&mut h, &path, Path::new(s))?;
@@ -330,34 +346,48 @@ fn cache_key(
     Ok(format!("{:x}", h.finalize()))
 }
 
-/// Hashes a file or directory tree: relative names, kinds, modes and contents.
+/// One field of a cache key: its length (8 bytes, little-endian), then its bytes.
+fn field(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+/// Hashes a file or directory tree: per entry its relative name, kind, mode and content
+/// (a file's, a symlink's target, a directory's entry count), each framed by its length.
 fn hash_tree(h: &mut Sha256, path: &Path, rel: &Path) -> BackendResult<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
     let io = |e: std::io::Error| {
         BackendError::InvalidInput(format!("build context {}: {e}", rel.display()))
     };
     let meta = std::fs::symlink_metadata(path).map_err(io)?;
-    use std::os::unix::fs::PermissionsExt;
-    h.update(format!(
-        "{}\0{:o}\0",
-        rel.display(),
-        meta.permissions().mode()
-    ));
+    field(h, rel.as_os_str().as_bytes());
+    field(h, &meta.permissions().mode().to_le_bytes());
     if meta.is_dir() {
         let mut entries: Vec<_> = std::fs::read_dir(path).map_err(io)?.flatten().collect();
         entries.sort_by_key(|e| e.file_name());
+        field(h, b"dir");
+        field(h, &(entries.len() as u64).to_le_bytes());
         for e in entries {
             hash_tree(h, &e.path(), &rel.join(e.file_name()))?;
         }
     } else if meta.is_file() {
+        field(h, b"file");
         let mut f = std::fs::File::open(path).map_err(io)?;
-        std::io::copy(&mut f, h).map_err(io)?;
+        // The length first (the file's size as read, checked against what was hashed).
+        h.update(meta.len().to_le_bytes());
+        let n = std::io::copy(&mut f, h).map_err(io)?;
+        if n != meta.len() {
+            return Err(io(std::io::Error::other("changed while it was read")));
+        }
     } else if meta.file_type().is_symlink() {
-        h.update(
-            std::fs::read_link(path)
-                .map_err(io)?
-                .to_string_lossy()
-                .as_bytes(),
+        field(h, b"symlink");
+        field(
+            h,
+            std::fs::read_link(path).map_err(io)?.as_os_str().as_bytes(),
         );
+    } else {
+        field(h, b"other");
     }
     Ok(())
 }
@@ -488,4 +518,57 @@ async fn copy_file(agent: &agent_client::AgentClient, src: &Path, dest: &str) ->
         .await
         .map_err(|e| BackendError::Host(format!("COPY to {dest}: {}", error_chain(&e))))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn digest(path: &Path) -> String {
+        let mut h = Sha256::new();
+        hash_tree(&mut h, path, Path::new(".")).unwrap();
+        format!("{:x}", h.finalize())
+    }
+
+    fn file(path: &Path, content: &[u8]) {
+        std::fs::write(path, content).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    /// Two contexts that hashed the same stream when fields were not framed: a directory
+    /// of files `a` ("X") and `b` ("Y"), and one of a file `a` whose content is "X"
+    /// followed by what `b`'s entry added to the stream.
+    #[test]
+    fn a_crafted_context_does_not_collide_with_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+        std::fs::create_dir(&one).unwrap();
+        std::fs::create_dir(&two).unwrap();
+        file(&one.join("a"), b"X");
+        file(&one.join("b"), b"Y");
+        let mut crafted = b"X".to_vec();
+        crafted.extend_from_slice(b"./b\x00100644\x00Y");
+        file(&two.join("a"), &crafted);
+        assert_ne!(digest(&one), digest(&two));
+        // And the key still follows content, names and modes.
+        let before = digest(&one);
+        file(&one.join("b"), b"Z");
+        assert_ne!(digest(&one), before);
+        file(&one.join("b"), b"Y");
+        assert_eq!(digest(&one), before);
+        std::fs::rename(one.join("b"), one.join("c")).unwrap();
+        assert_ne!(digest(&one), before);
+    }
+
+    #[test]
+    fn a_file_content_cannot_pose_as_the_next_field() {
+        let mut a = Sha256::new();
+        field(&mut a, b"ab");
+        field(&mut a, b"c");
+        let mut b = Sha256::new();
+        field(&mut b, b"a");
+        field(&mut b, b"bc");
+        assert_ne!(a.finalize(), b.finalize());
+    }
 }
