@@ -273,6 +273,22 @@ const scenarios = {
     out("terminate");
   },
 
+  // A run and a follow that stay quiet for seconds before their output: the server may
+  // keep such streams alive (sandfork sends a comment line every second).
+  async quiet() {
+    const sb = await must("create", () => Sandbox.create({ image: IMAGE }));
+    const r = await must("run_quiet", () => sb.run("sh", { args: ["-c", "sleep 2.5; echo done"] }));
+    out("run_quiet", true, { exitCode: r.exitCode, stdout: r.stdout });
+    const p = await must("start_quiet", () => sb.startProcess("sh", { args: ["-c", "sleep 2.5; echo late; echo later >&2"] }));
+    const evs = [];
+    await must("follow_quiet", async () => {
+      for await (const e of sb.followOutput(p.pid)) evs.push({ line: e.line, stream: e.stream });
+    });
+    out("follow_quiet", true, { events: evs });
+    await must("terminate", () => sb.terminate());
+    out("terminate");
+  },
+
   async processes() {
     const sb = await must("create", () => Sandbox.create({ image: IMAGE }));
     let r = await must("run_echo", () => sb.run("echo", { args: ["hello", "world"] }));

@@ -268,6 +268,20 @@ def s_fork_warm():
     out("terminate")
 
 
+def s_quiet():
+    """A run and a follow that stay quiet for seconds before their output: the server may
+    keep such streams alive (sandfork sends a comment line every second)."""
+    sb = must("create", Sandbox.create, image=IMAGE)
+    r = must("run_quiet", sb.run, "sh", ["-c", "sleep 2.5; echo done"])
+    out("run_quiet", exit_code=r.exit_code, stdout=r.stdout)
+    p = must("start_quiet", sb.start_process, "sh", ["-c", "sleep 2.5; echo late; echo later >&2"])
+    pid = (p.value if hasattr(p, "value") else p).pid
+    ev = list(must("follow_quiet", sb.follow_output, pid))
+    out("follow_quiet", events=[{"line": e.line, "stream": e.stream} for e in ev])
+    must("terminate", sb.terminate)
+    out("terminate")
+
+
 def s_pools():
     client = SandboxClient(_internal=True)
     created = may("create_pool", client.create_pool, image=IMAGE, cpus=1.0, memory_mb=512,
@@ -497,6 +511,7 @@ SYNC = {
     "copy": s_copy,
     "pools": s_pools,
     "fork_warm": s_fork_warm,
+    "quiet": s_quiet,
     "processes": s_processes,
     "files": s_files,
     "pty": s_pty,

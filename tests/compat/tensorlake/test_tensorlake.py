@@ -27,7 +27,7 @@ from conftest import JS_VERSION, PY_VERSION, REPO, SdkRun, _snake
 
 PY_SCENARIOS = [
     "lifecycle", "create_wait", "suspend_resume", "snapshot", "copy", "fork_warm", "pools",
-    "processes", "files", "pty", "health", "errors", "hosts_basic", "async_all",
+    "processes", "quiet", "files", "pty", "health", "errors", "hosts_basic", "async_all",
 ]  # fmt: skip
 JS_SCENARIOS = [s for s in PY_SCENARIOS if s != "async_all"]
 
@@ -157,6 +157,14 @@ def check_processes(lang: str, run: SdkRun) -> None:
     assert one(run, "follow_stdout")["lines"] == ["line one", "line two"]
     assert one(run, "get_after_kill")["status"] == "signaled"
     assert one(run, "get_missing_process")["status_code"] == 404
+
+
+def check_quiet(lang: str, run: SdkRun) -> None:
+    quiet = one(run, "run_quiet")
+    assert (quiet["exit_code"], quiet["stdout"]) == (0, "done")
+    events = one(run, "follow_quiet")["events"]
+    # Each stream in order; the two streams' relative order is the agent's.
+    assert sorted((e["line"], e["stream"]) for e in events) == [("late", "stdout"), ("later", "stderr")]
 
 
 def check_files(lang: str, run: SdkRun) -> None:
