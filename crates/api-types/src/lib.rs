@@ -181,6 +181,10 @@ pub struct Sandbox {
     /// for space (they are kept, never dropped, and go on once space is freed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disk_full: bool,
+    /// How many times its access token was rotated (`POST /v1/sandboxes/{id}/access-token`):
+    /// the access tokens and signed URLs made before the last rotation open nothing.
+    #[serde(default)]
+    pub access_epoch: u32,
 }
 
 /// `PATCH /v1/sandboxes/{id}`: what to change on a live sandbox; absent fields stay.
@@ -664,7 +668,7 @@ pub struct PortUrl {
     /// the client).
     pub host: String,
     /// Opens every port of the sandbox as `X-Sandfork-Access-Token` (or
-    /// `sandfork_token=`); the same for the sandbox's life.
+    /// `sandfork_token=`); the same until it is rotated (`POST .../access-token`).
     pub access_token: String,
     /// RFC 3339.
     pub expires_at: String,
@@ -674,6 +678,15 @@ pub struct PortUrl {
     /// TCP listener; absent for a daemon on its Unix socket alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/access-token`: the sandbox's new access token; every earlier
+/// one, and every signed URL made before, opens nothing any more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AccessToken {
+    pub access_token: String,
+    /// The sandbox's access epoch after the rotation.
+    pub access_epoch: u32,
 }
 
 /// Query of `GET .../pty/{pid}/connect`.

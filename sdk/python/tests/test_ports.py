@@ -58,6 +58,33 @@ def reached(sb: Sandbox) -> List[str]:
     return sb.read_file("/tmp/requests.log").decode().splitlines() if sb.run("test", ["-f", "/tmp/requests.log"]).exit_code == 0 else []
 
 
+def test_rotating_the_token_revokes_every_earlier_token_and_signed_url(daemon) -> None:
+    """Access tokens and signed URLs (valid up to 30 days) can be revoked: a rotation makes
+    every earlier one open nothing, for this sandbox only, and survives a restart of the
+    sandbox's record (the epoch is persisted with it)."""
+    with Sandbox.create(image="python", memory_mb=256) as sb, Sandbox.create(image="python", memory_mb=256) as other:
+        start_app(sb)
+        start_app(other)
+        base = f"/v1/sandboxes/{sb.id}/ports/{PORT}"
+        old_token, other_token = sb.port_token(), other.port_token()
+        old_signed = sb.get_url(PORT, expires_in=3600).split(":", 2)[2]
+        assert curl(daemon, f"{base}/before", "-H", f"X-Sandfork-Access-Token: {old_token}")[0] == 200
+        assert curl(daemon, old_signed)[0] == 200
+        new_token = sb.rotate_port_token()
+        assert new_token != old_token and sb.port_token() == new_token
+        assert curl(daemon, f"{base}/after-1", "-H", f"X-Sandfork-Access-Token: {old_token}")[0] == 403
+        assert curl(daemon, old_signed)[0] == 403
+        assert not any(p.startswith("/after") for p in reached(sb))
+        assert curl(daemon, f"{base}/after-2", "-H", f"X-Sandfork-Access-Token: {new_token}")[0] == 200
+        assert curl(daemon, sb.get_url(PORT, expires_in=60).split(":", 2)[2])[0] == 200
+        # Another sandbox's token is untouched.
+        assert other.port_token() == other_token
+        assert curl(daemon, f"/v1/sandboxes/{other.id}/ports/{PORT}/x", "-H", f"X-Sandfork-Access-Token: {other_token}")[0] == 200
+        sb.suspend()
+        sb.resume()
+        assert sb.port_token() == new_token, "the rotation survives a suspend and resume"
+
+
 def test_private_by_default_tokens_and_signed_urls(daemon, web: Sandbox) -> None:
     base = f"/v1/sandboxes/{web.id}/ports/{PORT}"
     token = web.port_token()

@@ -300,6 +300,26 @@ export interface paths {
         patch: operations["sandboxes_update"];
         trace?: never;
     };
+    "/v1/sandboxes/{id}/access-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the sandbox's access token: every access token and signed URL made before opens
+         *     none of its ports any more.
+         */
+        post: operations["sandboxes_rotate_access_token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/checkpoint": {
         parameters: {
             query?: never;
@@ -905,6 +925,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description `POST /v1/sandboxes/{id}/access-token`: the sandbox's new access token; every earlier
+         *     one, and every signed URL made before, opens nothing any more.
+         */
+        AccessToken: {
+            /**
+             * Format: int32
+             * @description The sandbox's access epoch after the rotation.
+             */
+            access_epoch: number;
+            access_token: string;
+        };
         /** @description One line of an image build's NDJSON stream. */
         BuildEvent: {
             message: string;
@@ -1374,7 +1406,7 @@ export interface components {
         PortUrl: {
             /**
              * @description Opens every port of the sandbox as `X-Sandfork-Access-Token` (or
-             *     `sandfork_token=`); the same for the sandbox's life.
+             *     `sandfork_token=`); the same until it is rotated (`POST .../access-token`).
              */
             access_token: string;
             /**
@@ -1549,6 +1581,12 @@ export interface components {
         RestartPolicyName: "never" | "on_failure" | "always";
         /** @description A sandbox. */
         Sandbox: {
+            /**
+             * Format: int32
+             * @description How many times its access token was rotated (`POST /v1/sandboxes/{id}/access-token`):
+             *     the access tokens and signed URLs made before the last rotation open nothing.
+             */
+            access_epoch?: number;
             /** Format: double */
             cpus: number;
             /** @description RFC 3339. */
@@ -2558,6 +2596,54 @@ export interface operations {
             };
             /** @description Egress lists on a sandbox without internet */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    sandboxes_rotate_access_token: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id or name */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AccessToken"];
+                };
+            };
+            /** @description Invalid parameter or body */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The sandbox is not live */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4231,7 +4317,14 @@ export interface operations {
     };
     snapshots_export: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description A snapshot this one descends from that the receiver already has: the file then
+                 *     carries only the disk layers above it and the memory pages that differ from it,
+                 *     and importing it needs that snapshot (found by content).
+                 */
+                base?: string;
+            };
             header?: never;
             path: {
                 /** @description Snapshot id */
@@ -4249,7 +4342,7 @@ export interface operations {
                     "application/octet-stream": number[];
                 };
             };
-            /** @description Invalid parameter or body */
+            /** @description The base is not one this snapshot descends from */
             400: {
                 headers: {
                     [name: string]: unknown;

@@ -266,6 +266,13 @@ export class Sandbox {
     return (await this.portAccess(1, 60)).accessToken;
   }
 
+  /** Revokes every access token and signed URL of this sandbox made so far; resolves with
+   * the new access token. */
+  async rotatePortToken(): Promise<string> {
+    const doc = await this.transport.json("POST", `${this.route}/access-token`);
+    return String((doc as { access_token: string }).access_token);
+  }
+
   private async portAccess(port: number, expiresInSecs: number): Promise<PortUrl> {
     return camelize(await this.transport.json("POST", `${this.route}/port-urls`, { json: { port, expires_in_secs: expiresInSecs } }));
   }

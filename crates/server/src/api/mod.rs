@@ -138,6 +138,10 @@ fn sandbox_routes() -> Router<AppState> {
         )
         .route("/v1/sandboxes/{id}/stats", get(sandboxes::stats))
         .route("/v1/sandboxes/{id}/port-urls", post(sandboxes::port_url))
+        .route(
+            "/v1/sandboxes/{id}/access-token",
+            post(sandboxes::rotate_access_token),
+        )
         .route("/v1/events", get(events::events))
         .route("/v1/sandboxes/{id}/exec", post(exec::exec))
         .route(

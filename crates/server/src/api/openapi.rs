@@ -11,7 +11,7 @@ use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, v
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
-        sandboxes::stats, sandboxes::port_url,
+        sandboxes::stats, sandboxes::port_url, sandboxes::rotate_access_token,
         super::events::events,
         sandboxes::terminate,
         exec::exec,
@@ -34,7 +34,7 @@ use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, v
         api_types::ProcessList, api_types::SpawnProcess, api_types::StdinModeName, api_types::OutputModeName,
         api_types::RestartPolicyName, api_types::RestartConfig, api_types::HealthCheckKind,
         api_types::HealthCheckConfig, api_types::ProcessExit, api_types::ManagedProcess,
-        api_types::SignalRequest, api_types::SignalSpec, api_types::CreatePty, api_types::PtySize, api_types::PortUrlRequest, api_types::PortUrl, api_types::ResourceUse, api_types::LogEntry, api_types::FileEntry,
+        api_types::SignalRequest, api_types::SignalSpec, api_types::CreatePty, api_types::PtySize, api_types::PortUrlRequest, api_types::PortUrl, api_types::AccessToken, api_types::ResourceUse, api_types::LogEntry, api_types::FileEntry,
         api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage, api_types::PullImage, api_types::ImageDetails, api_types::ImageFromSnapshot, api_types::PushImage, api_types::PushedImage, api_types::VolumeMount, api_types::CreateVolume, api_types::Volume, api_types::VolumeList,
         api_types::BuildEvent, api_types::Health, model::State,
         model::SnapshotType, api_types::CheckpointRequest,

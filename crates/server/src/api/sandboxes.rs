@@ -53,6 +53,24 @@ pub async fn port_url(
     Ok(Json(m.port_url(&id, req.port, req.expires_in_secs)?))
 }
 
+/// Rotate the sandbox's access token: every access token and signed URL made before opens
+/// none of its ports any more.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/access-token", tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id or name")),
+    responses((status = 200, body = api_types::AccessToken), (status = 404, body = ErrorBody),
+        (status = 409, description = "The sandbox is not live", body = ErrorBody)))]
+pub async fn rotate_access_token(
+    State(m): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<api_types::AccessToken>> {
+    let access_token = m.rotate_access_token(&id).await?;
+    let access_epoch = m.get(&id)?.access_epoch;
+    Ok(Json(api_types::AccessToken {
+        access_token,
+        access_epoch,
+    }))
+}
+
 /// What a running sandbox uses now: CPU time, memory, processes, root disk, network.
 /// Reading it is not activity (no idle timeout moves, a suspended sandbox stays so: 409).
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/stats", tag = "sandboxes",

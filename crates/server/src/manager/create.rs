@@ -285,6 +285,7 @@ fn row_for(id: &str, req: &CreateSandbox, image: ImageSpec) -> Result<SandboxRow
         public_ports: req.public_ports.unwrap_or(false),
         exposed_ports: req.exposed_ports.clone().map(ports_list).transpose()?,
         disk_full: false,
+        access_epoch: 0,
     };
     Ok(SandboxRow { view, boot })
 }

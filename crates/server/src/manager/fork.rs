@@ -143,6 +143,7 @@ fn child_row(rec: &SnapshotRecord, c: &Child, id: String) -> Result<SandboxRow> 
         public_ports: false,
         exposed_ports: None,
         disk_full: false,
+        access_epoch: 0,
     };
     Ok(SandboxRow { view, boot })
 }

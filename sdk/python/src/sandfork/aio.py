@@ -644,6 +644,7 @@ class AsyncSandbox:
     get_url = _mirror("get_url")
     get_host = _mirror("get_host")
     port_token = _mirror("port_token")
+    rotate_port_token = _mirror("rotate_port_token")
     terminate = _mirror("terminate")
 
     @property

@@ -617,6 +617,11 @@ class Sandbox(FilesMixin):
         ``X-Sandfork-Access-Token``)."""
         return str(self._port_access(1, 60)["access_token"])
 
+    def rotate_port_token(self) -> str:
+        """Revokes every access token and signed URL of this sandbox made so far; returns
+        the new access token."""
+        return str(self._client.request_json("POST", f"{self._route}/access-token")["access_token"])
+
     def _port_access(self, port: int, expires_in: int) -> Dict[str, Any]:
         body = {"port": check_int("port", port, minimum=1), "expires_in_secs": check_int("expires_in", expires_in, minimum=1)}
         return self._client.request_json("POST", f"{self._route}/port-urls", json_body=body)
