@@ -13,11 +13,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use proto::agent::{ExitInfo, OutputStream};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{IntervalStream, ReceiverStream};
 
 use super::super::ndjson::{exit_parts, HEARTBEAT};
-use crate::backend::{ExecEvent, Stream, STREAM_DEPTH};
+use crate::backend::{BackendResult, ExecEvent, Stream};
 
 /// Longest line kept whole; a longer one goes out in pieces of this size.
 pub const MAX_LINE: usize = 1 << 20;
@@ -179,16 +178,59 @@ impl Converter {
     }
 }
 
-/// An SSE response of `events`' lines (and, with `with_exit`, the exit event).
+/// What the body of an SSE response waits on.
+enum Item {
+    Event(BackendResult<ExecEvent>),
+    /// The backend's stream ended.
+    Closed,
+    Tick,
+}
+
+impl Converter {
+    /// The frames for one item, and whether the stream is done.
+    fn step(&mut self, item: Item) -> (Vec<Bytes>, bool) {
+        match item {
+            Item::Event(Ok(ev)) => self.convert(ev),
+            Item::Event(Err(e)) => {
+                // Not a shape the SDKs know: they skip it and report the missing exit.
+                let note = json!({"error": crate::error::Error::from(e).message()});
+                (
+                    vec![Bytes::from(format!("event: error\ndata: {note}\n\n"))],
+                    true,
+                )
+            }
+            Item::Closed => (self.flush(), true),
+            Item::Tick => (vec![Bytes::from_static(b": keep-alive\n\n")], false),
+        }
+    }
+}
+
+/// An SSE response of `events`' lines (and, with `with_exit`, the exit event). The body
+/// pulls the backend's stream itself: a client that leaves drops both at once.
 pub fn response(events: Stream<ExecEvent>, filter: Filter, with_exit: bool) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(STREAM_DEPTH);
     let conv = Converter {
         lines: Lines::default(),
         filter,
         with_exit,
     };
-    tokio::spawn(pump(events, conv, tx));
-    let body = ReceiverStream::new(rx).map(Ok::<_, std::io::Error>);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let events = ReceiverStream::new(events)
+        .map(Item::Event)
+        .chain(futures::stream::once(async { Item::Closed }));
+    let ticks = IntervalStream::new(tick).map(|_| Item::Tick);
+    let items = futures::stream::select(events, ticks).boxed();
+    let body = futures::stream::unfold(
+        (items, conv, false),
+        |(mut items, mut conv, done)| async move {
+            if done {
+                return None;
+            }
+            let (frames, done) = conv.step(items.next().await?);
+            Some((frames, (items, conv, done)))
+        },
+    )
+    .flat_map(|frames| futures::stream::iter(frames.into_iter().map(Ok::<_, std::io::Error>)));
     (
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -197,34 +239,6 @@ pub fn response(events: Stream<ExecEvent>, filter: Filter, with_exit: bool) -> R
         Body::from_stream(body),
     )
         .into_response()
-}
-
-async fn pump(mut events: Stream<ExecEvent>, mut conv: Converter, tx: mpsc::Sender<Bytes>) {
-    let mut tick = tokio::time::interval(HEARTBEAT);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        let (frames, done) = tokio::select! {
-            ev = events.recv() => match ev {
-                Some(Ok(ev)) => conv.convert(ev),
-                Some(Err(e)) => {
-                    // Not a shape the SDKs know: they skip it and report the missing exit.
-                    let note = json!({"error": crate::error::Error::from(e).message()});
-                    (vec![Bytes::from(format!("event: error\ndata: {note}\n\n"))], true)
-                }
-                None => (conv.flush(), true),
-            },
-            _ = tick.tick() => (vec![Bytes::from_static(b": keep-alive\n\n")], false),
-        };
-        for f in frames {
-            if tx.send(f).await.is_err() {
-                return;
-            }
-        }
-        if done {
-            return;
-        }
-    }
 }
 
 /// The lines of `events` (no follow), at most `cap` bytes of them.
