@@ -56,6 +56,9 @@ pub struct Config {
     pub allow_insecure_remote: bool,
     /// Most connections each listener serves at once; more wait.
     pub max_connections: usize,
+    /// Of `max_connections` on the TCP listener, how many (at most half) are kept for
+    /// clients that present the token: the others may all be held by clients that do not.
+    pub reserved_connections: usize,
     /// How long a client may take to send a request's headers (or a TLS handshake).
     pub header_timeout_secs: u64,
     /// A connection with no request or response in flight this long is closed.
@@ -188,6 +191,7 @@ impl Default for Config {
             tls_key: None,
             allow_insecure_remote: false,
             max_connections: 1024,
+            reserved_connections: 64,
             header_timeout_secs: 10,
             idle_timeout_secs: 120,
             default_image: "python".into(),

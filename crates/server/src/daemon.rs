@@ -137,8 +137,14 @@ impl Daemon {
                 let token = config.token_path().unwrap_or_default();
                 tracing::info!(url = %format!("{scheme}://{addr}"), console = %format!("{scheme}://{addr}/ui/"), token_file = %token.display(), "serving over TCP");
             }
+            let gate = listen::Gate {
+                reserve: config
+                    .reserved_connections
+                    .min(config.max_connections / 2),
+                authenticates: authenticates(token.clone()),
+            };
             let app = api::router(self.manager.clone(), Some(token));
-            tokio::spawn(listen::serve(listener, app, limits, tls, rx.clone()))
+            tokio::spawn(listen::serve_gated(listener, app, limits, tls, Some(gate), rx.clone()))
         });
         tracing::info!(socket = %self.socket.display(), "serving");
         stop.await;
@@ -239,4 +245,26 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {},
         _ = int.recv() => {},
     }
+}
+
+/// Whether a request carries `token`: as `Authorization: Bearer`, or (a WebSocket) as
+/// `access_token` in its query.
+fn authenticates(token: api::Token) -> listen::Authenticates {
+    std::sync::Arc::new(move |parts: &axum::http::request::Parts| {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if token.accepts(header) {
+            return true;
+        }
+        let pairs: Vec<(String, String)> = parts
+            .uri
+            .query()
+            .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
+            .unwrap_or_default();
+        pairs
+            .iter()
+            .any(|(k, v)| k == "access_token" && token.accepts(Some(&format!("Bearer {v}"))))
+    })
 }

@@ -5,6 +5,14 @@
 //! answers pings holds no slot for good), and TLS on TCP when the daemon is given a
 //! certificate (required for non-loopback listeners).
 //!
+//! With a [`Gate`] (a TCP listener that wants a token), `reserve` of the slots are kept for
+//! clients that present it: connections that have not (yet) sent an authenticated request
+//! hold at most `max_connections - reserve` slots. A connection accepted while those are
+//! all held is a reserve one: its first request must carry the token (else 503 and the
+//! connection is closed) and it is closed unless it does within `header_timeout`. Until a
+//! connection authenticates, its idle limit is `header_timeout` rather than `idle_timeout`,
+//! which also bounds an HTTP/2 client that never completes a stream's headers.
+//!
 //! axum's own `serve` has no such knobs; this is its accept loop with hyper's connection
 //! builder for HTTP/1.1 (upgrades allowed) and HTTP/2 (prior knowledge on plain TCP, ALPN
 //! over TLS), and the same Router as the service.
@@ -20,7 +28,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::rustls;
 
 /// Bounds of one listener.
@@ -31,6 +39,16 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// A connection with nothing in flight this long is closed (HTTP/2: GOAWAY).
     pub idle_timeout: Duration,
+}
+
+/// Whether a request carries the listener's token (its headers and URI).
+pub type Authenticates = Arc<dyn Fn(&hyper::http::request::Parts) -> bool + Send + Sync>;
+
+/// The connection slots kept for clients that authenticate.
+#[derive(Clone)]
+pub struct Gate {
+    pub reserve: usize,
+    pub authenticates: Authenticates,
 }
 
 /// Why TLS could not be set up.
@@ -115,9 +133,25 @@ pub async fn serve<L: Accept>(
     app: Router,
     limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+) {
+    serve_gated(listener, app, limits, tls, None, stop).await
+}
+
+/// [`serve`], keeping `gate`'s reserve of slots for authenticated clients.
+pub async fn serve_gated<L: Accept>(
+    listener: L,
+    app: Router,
+    limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    gate: Option<Gate>,
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let reserve = gate
+        .as_ref()
+        .map_or(0, |g| g.reserve.min(limits.max_connections));
+    let open = Arc::new(Semaphore::new(limits.max_connections - reserve));
     let connections = tokio_util::task::TaskTracker::new();
     loop {
         let permit = tokio::select! {
@@ -135,14 +169,15 @@ pub async fn serve<L: Accept>(
             continue;
         };
         let (app, tls, stop) = (app.clone(), tls.clone(), stop.clone());
+        let trust = gate.as_ref().map(|g| Trust::new(g, open.clone()));
         connections.spawn(async move {
             let _permit = permit;
             match tls {
-                None => serve_one(io, app, limits, stop).await,
+                None => serve_one(io, app, limits, trust, stop).await,
                 Some(tls) => {
                     let handshake = tokio::time::timeout(limits.header_timeout, tls.accept(io));
                     if let Ok(Ok(io)) = handshake.await {
-                        serve_one(io, app, limits, stop).await;
+                        serve_one(io, app, limits, trust, stop).await;
                     }
                 }
             }
@@ -153,12 +188,18 @@ pub async fn serve<L: Accept>(
 }
 
 /// One connection, until it ends; on shutdown it finishes the request in flight and closes.
-async fn serve_one<I>(io: I, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
-where
+async fn serve_one<I>(
+    io: I,
+    app: Router,
+    limits: Limits,
+    trust: Option<Arc<Trust>>,
+    mut stop: watch::Receiver<bool>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new());
-    let service = TowerToHyperService::new(busy_while_serving(app, activity.clone()));
+    let service =
+        TowerToHyperService::new(busy_while_serving(app, activity.clone(), trust.clone()));
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -167,16 +208,22 @@ where
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_header_list_size(64 << 10)
+        .max_concurrent_streams(256)
         .keep_alive_interval(Some(Duration::from_secs(20)));
     let io = FirstReadDeadline::new(io, limits.header_timeout);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
-    let mut tick = tokio::time::interval((limits.idle_timeout / 4).max(Duration::from_millis(100)));
+    let shortest = match trust {
+        Some(_) => limits.idle_timeout.min(limits.header_timeout),
+        None => limits.idle_timeout,
+    };
+    let mut tick = tokio::time::interval((shortest / 4).max(Duration::from_millis(100)));
     loop {
         tokio::select! {
             _ = conn.as_mut() => return,
             _ = stop.wait_for(|s| *s) => break,
-            _ = tick.tick() => if activity.idle_for() >= limits.idle_timeout { break },
+            _ = tick.tick() => if too_idle(&activity, &limits, trust.as_deref()) { break },
         }
     }
     conn.as_mut().graceful_shutdown();
@@ -188,6 +235,96 @@ where
             return;
         }
     }
+}
+
+/// Whether a connection should be closed for idleness: after `idle_timeout` once it has
+/// authenticated (or on an ungated listener), after `header_timeout` before; a reserve
+/// connection that sent no authenticated request within `header_timeout`, or whose
+/// request was refused, at once.
+fn too_idle(activity: &Activity, limits: &Limits, trust: Option<&Trust>) -> bool {
+    let Some(t) = trust.filter(|t| !t.authenticated()) else {
+        return activity.idle_for() >= limits.idle_timeout;
+    };
+    if t.refused.load(std::sync::atomic::Ordering::SeqCst) {
+        return activity.idle_for() > Duration::ZERO;
+    }
+    if t.reserve_only() && t.since.elapsed() >= limits.header_timeout {
+        return true;
+    }
+    activity.idle_for() >= limits.header_timeout
+}
+
+/// Where one connection of a gated listener stands: it holds one of the slots for
+/// unauthenticated connections until its first authenticated request, or, taken from the
+/// reserve, may serve authenticated requests only.
+struct Trust {
+    authenticates: Authenticates,
+    open_slot: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    reserve: bool,
+    authenticated: std::sync::atomic::AtomicBool,
+    refused: std::sync::atomic::AtomicBool,
+    since: std::time::Instant,
+}
+
+impl Trust {
+    fn new(gate: &Gate, open: Arc<Semaphore>) -> Arc<Trust> {
+        let slot = open.try_acquire_owned().ok();
+        Arc::new(Trust {
+            authenticates: gate.authenticates.clone(),
+            reserve: slot.is_none(),
+            open_slot: std::sync::Mutex::new(slot),
+            authenticated: Default::default(),
+            refused: Default::default(),
+            since: std::time::Instant::now(),
+        })
+    }
+
+    fn authenticated(&self) -> bool {
+        self.authenticated.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn reserve_only(&self) -> bool {
+        self.reserve
+    }
+
+    /// Looks at a request: `true` when the connection may serve it. The first
+    /// authenticated one hands the connection's unauthenticated slot back.
+    fn admit(&self, parts: &hyper::http::request::Parts) -> bool {
+        if self.authenticated() {
+            return true;
+        }
+        if (self.authenticates)(parts) {
+            self.authenticated
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(mut slot) = self.open_slot.lock() {
+                slot.take();
+            }
+            return true;
+        }
+        if self.reserve {
+            self.refused
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+}
+
+/// The answer on a reserve connection to a request without the token.
+fn reserved_answer() -> axum::response::Response {
+    let body = r#"{"error":{"code":"unavailable","message":"Every connection slot for clients without the token is taken: the rest are kept for clients that present it"}}"#;
+    let mut resp = axum::response::Response::new(axum::body::Body::from(body));
+    *resp.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    h.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    resp
 }
 
 /// What one connection has in flight, for its idle timeout: a request counts from when it
@@ -262,6 +399,7 @@ impl hyper::body::Body for BusyBody {
 fn busy_while_serving(
     app: Router,
     activity: Arc<Activity>,
+    trust: Option<Arc<Trust>>,
 ) -> impl tower::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = axum::response::Response,
@@ -271,7 +409,14 @@ fn busy_while_serving(
     tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let busy = activity.begin();
         let app = app.clone();
+        let (parts, body) = req.into_parts();
+        let admitted = trust.as_ref().is_none_or(|t| t.admit(&parts));
+        let req = hyper::Request::from_parts(parts, body);
         async move {
+            if !admitted {
+                drop(busy);
+                return Ok(reserved_answer());
+            }
             let resp = tower::ServiceExt::oneshot(app, req).await?;
             Ok(resp.map(|inner| axum::body::Body::new(BusyBody { inner, _busy: busy })))
         }
