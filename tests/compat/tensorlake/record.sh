@@ -25,6 +25,8 @@ else
   RUN=("$NODE" "$HERE/scenarios.mjs")
   ALL=$(TENSORLAKE_JS_DIR=$JS_DIR "$NODE" "$HERE/scenarios.mjs" list)
 fi
+# fork_warm and quiet check a real daemon (the recorder fakes processes): not recorded.
+ALL=$(printf '%s\n' $ALL | grep -vx -e fork_warm -e quiet)
 SCENARIOS=("$@")
 [ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=($ALL)
 mkdir -p "$OUTDIR"
