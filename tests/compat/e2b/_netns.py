@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from typing import List, Optional
 
 CLONE_NEWNET = 0x40000000
@@ -38,6 +39,7 @@ class LoopbackNetns:
         self.listeners: List[socket.socket] = []
         self.closed = threading.Event()
         try:
+            self._wait_for_namespace()
             self._run(["ip", "link", "set", "lo", "up"])
             links = self._run(["ip", "-o", "link", "show"], capture=True)
             extra = [line for line in links.splitlines() if ": lo:" not in line]
@@ -50,6 +52,22 @@ class LoopbackNetns:
         except BaseException:
             self.close()
             raise
+
+    def _wait_for_namespace(self) -> None:
+        """Until the holder has left the host's namespace (``unshare`` runs after the
+        process starts: entering it earlier would enter the host's)."""
+        deadline = time.monotonic() + 10
+        host = os.readlink("/proc/self/ns/net")
+        while time.monotonic() < deadline:
+            if self.holder.poll() is not None:
+                raise RuntimeError("unshare -n failed (root is needed)")
+            try:
+                if os.readlink(f"/proc/{self.holder.pid}/ns/net") != host:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError("the network namespace was not made in time")
 
     def _run(self, argv: List[str], capture: bool = False) -> str:
         out = subprocess.run(["nsenter", "-t", str(self.holder.pid), "-n", "--", *argv], check=True, capture_output=capture, text=True, timeout=30)

@@ -65,6 +65,13 @@ fn admit(
         return envd::admit(s, headers);
     }
     let named = envd::sandbox_id(headers);
+    if named.is_empty() {
+        let refused = ApiErr::bad_request(
+            "a signed URL needs the E2b-Sandbox-Id header: sandfork serves every sandbox's \
+             envd at one origin, so the URL alone cannot name its sandbox",
+        );
+        return Err(Box::new(refused.into_response()));
+    }
     let id = match s.manager.get(&named) {
         Ok(v) if envd::reachable(&v) => v.id,
         _ => return Err(Box::new(sandbox_gone(&named))),
@@ -150,12 +157,30 @@ pub async fn upload(State(s): State<E2bState>, RawQuery(q): RawQuery, req: Reque
         .keys()
         .any(|k| k.as_str().starts_with("x-metadata-"))
     {
+        // Read (and drop) the upload first: a client still sending it gets the answer.
+        drain(req.into_body()).await;
         return ApiErr::missing("file metadata (X-Metadata-* headers on uploads)").into_response();
     }
     match write_all(&s, &ctx, &p, req).await {
         Ok(written) => Json(Value::Array(written)).into_response(),
         Err((e, path)) => files_error(e, &path),
     }
+}
+
+/// Reads and drops a refused upload, within bounds.
+async fn drain(body: Body) {
+    const MAX_DRAIN: usize = 64 << 20;
+    let mut stream = body.into_data_stream();
+    let read = async {
+        let mut seen = 0;
+        while let Some(Ok(c)) = stream.next().await {
+            seen += c.len();
+            if seen > MAX_DRAIN {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read).await;
 }
 
 type Failed = (Error, String);

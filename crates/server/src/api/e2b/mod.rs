@@ -82,7 +82,7 @@ impl Edge {
 
 /// Sends E2B requests to their router; everything else goes on.
 pub async fn dispatch(State(edge): State<Edge>, req: Request, next: Next) -> Response {
-    let router = match plane(req.headers(), req.uri().path()) {
+    let router = match plane(req.headers(), req.uri().path(), req.uri().query()) {
         Some(Plane::Envd) => edge.envd,
         Some(Plane::Control) => edge.control,
         None => return next.run(req).await,
@@ -99,9 +99,11 @@ enum Plane {
     Control,
 }
 
-/// Which E2B plane a request is for, if any.
-fn plane(headers: &HeaderMap, path: &str) -> Option<Plane> {
-    if headers.contains_key(SANDBOX_HEADER) {
+/// Which E2B plane a request is for, if any. A signed `/files` URL is envd's even
+/// without the header (it is refused then: it cannot say which sandbox it is for).
+fn plane(headers: &HeaderMap, path: &str, query: Option<&str>) -> Option<Plane> {
+    let signed = path == "/files" && query.is_some_and(|q| q.contains("signature="));
+    if headers.contains_key(SANDBOX_HEADER) || signed {
         return Some(Plane::Envd);
     }
     let control = path == "/v2/sandboxes"
@@ -119,14 +121,19 @@ mod tests {
     #[test]
     fn planes_are_told_by_header_and_path() {
         let mut h = HeaderMap::new();
-        assert_eq!(plane(&h, "/v2/sandboxes"), None, "no key: not ours");
+        assert_eq!(plane(&h, "/v2/sandboxes", None), None, "no key: not ours");
+        assert_eq!(
+            plane(&h, "/files", Some("path=a&signature=v1_x")),
+            Some(Plane::Envd)
+        );
+        assert_eq!(plane(&h, "/files", Some("path=a")), None);
         h.insert(API_KEY_HEADER, "k".parse().unwrap());
-        assert_eq!(plane(&h, "/v2/sandboxes"), Some(Plane::Control));
-        assert_eq!(plane(&h, "/sandboxes/x/pause"), Some(Plane::Control));
-        assert_eq!(plane(&h, "/templates/a%2Fb"), Some(Plane::Control));
-        assert_eq!(plane(&h, "/v1/sandboxes"), None);
+        assert_eq!(plane(&h, "/v2/sandboxes", None), Some(Plane::Control));
+        assert_eq!(plane(&h, "/sandboxes/x/pause", None), Some(Plane::Control));
+        assert_eq!(plane(&h, "/templates/a%2Fb", None), Some(Plane::Control));
+        assert_eq!(plane(&h, "/v1/sandboxes", None), None);
         h.insert(SANDBOX_HEADER, "sb".parse().unwrap());
-        assert_eq!(plane(&h, "/v1/sandboxes"), Some(Plane::Envd));
-        assert_eq!(plane(&h, "/health"), Some(Plane::Envd));
+        assert_eq!(plane(&h, "/v1/sandboxes", None), Some(Plane::Envd));
+        assert_eq!(plane(&h, "/health", None), Some(Plane::Envd));
     }
 }

@@ -190,7 +190,9 @@ fn far_end(v: &Sandbox) -> String {
 /// `SandboxDetail`.
 pub fn detail(v: &Sandbox, e2b_state: &str, token: &str) -> Value {
     let mut out = listed(v, e2b_state);
-    let allow_internet = v.network.mode == api_types::NetworkModeName::Internet;
+    let deny_all =
+        v.network.deny_out.iter().any(|d| d == "0.0.0.0/0") && v.network.allow_out.is_empty();
+    let allow_internet = v.network.mode == api_types::NetworkModeName::Internet && !deny_all;
     let extra = json!({
         "envdAccessToken": token,
         "domain": null,
