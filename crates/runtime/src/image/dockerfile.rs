@@ -55,6 +55,11 @@ impl StepKind {
     }
 }
 
+/// The most bytes substitution may produce over one Dockerfile, counting the `ARG` values
+/// each `RUN` gets: variables that refer to each other (`ENV A=$A$A`, line after line)
+/// would otherwise grow the plan exponentially from a few hundred bytes of input.
+pub const MAX_EXPANDED: usize = 8 << 20;
+
 fn bad(line: usize, msg: impl std::fmt::Display) -> Error {
     Error::Image(format!("Dockerfile line {line}: {msg}"))
 }
@@ -67,11 +72,29 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Docker
     let mut args: BTreeMap<String, String> = BTreeMap::new();
     let mut from: Option<String> = None;
     let mut steps = Vec::new();
+    let expanded = std::cell::Cell::new(0usize);
+    let charge = |line: usize, n: usize| {
+        expanded.set(expanded.get().saturating_add(n));
+        if expanded.get() > MAX_EXPANDED {
+            return Err(bad(
+                line,
+                format!(
+                    "variables expand past {} MiB over the Dockerfile",
+                    MAX_EXPANDED >> 20
+                ),
+            ));
+        }
+        Ok(())
+    };
     for ins in &parsed.instructions {
         let span = span_of(ins);
         let line = line_of(span.0);
         let raw = text[span.0..span.1.min(text.len())].trim().to_string();
-        let sub = |s: &str| substitute(s, &vars).map_err(|e| bad(line, e));
+        let sub = |s: &str| {
+            let out = substitute(s, &vars).map_err(|e| bad(line, e))?;
+            charge(line, out.len())?;
+            Ok(out)
+        };
         let kind = match ins {
             Instruction::From(f) => {
                 if from.is_some() {
@@ -102,10 +125,15 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Docker
             _ if from.is_none() => {
                 return Err(bad(line, "the first instruction must be FROM (or ARG)"));
             }
-            Instruction::Run(r) => StepKind::Run {
-                argv: argv_of(&r.expr),
-                args: args.clone(),
-            },
+            Instruction::Run(r) => {
+                // Each `RUN` carries the `ARG` values in scope: counted, or a few large
+                // values and many `RUN`s would make a plan quadratic in the input.
+                charge(line, args.iter().map(|(k, v)| k.len() + v.len()).sum())?;
+                StepKind::Run {
+                    argv: argv_of(&r.expr),
+                    args: args.clone(),
+                }
+            }
             Instruction::Copy(c) => {
                 if let Some(flag) = c.flags.first() {
                     return Err(bad(
@@ -393,6 +421,26 @@ mod tests {
             let e = parse(text, &BTreeMap::new()).unwrap_err().to_string();
             assert!(e.contains(want), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn variables_cannot_expand_without_bound() {
+        // The bound `scripts/fuzz dockerfile` asserts: each line doubles the value, so 40
+        // short lines asked for terabytes.
+        let doubling = format!("FROM a\nENV A=xxxxxxxx\n{}", "ENV A=$A$A\n".repeat(40));
+        let e = parse(&doubling, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("expand past"), "{e}");
+        // Many RUNs each carrying a large ARG value: quadratic, refused the same way.
+        let quadratic = format!(
+            "FROM a\nARG BIG={}\n{}",
+            "x".repeat(100_000),
+            "RUN true\n".repeat(200)
+        );
+        let e = parse(&quadratic, &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.contains("expand past"), "{e}");
+        // What real Dockerfiles do still works.
+        let ok = "FROM a\nENV PATH=/bin\nENV PATH=$PATH:/opt/bin\nRUN true\n";
+        assert!(parse(ok, &BTreeMap::new()).is_ok());
     }
 
     #[test]
