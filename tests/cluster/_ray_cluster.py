@@ -94,6 +94,7 @@ class RayCluster:
         config = root / "config.toml"
         config.write_text(
             f'tls_cert = "{cert}"\ntls_key = "{key}"\n'
+            f'cluster_ca = "{trust / "ca.pem"}"\ncluster_revoked = "{root / "revoked"}"\n'
             'gateway_domain = "cluster.test"\n'
             "[object_store]\n"
             f'url = "s3://{BUCKET}/cluster"\nendpoint = "{self.weed.endpoint}"\nallow_http = true\n'

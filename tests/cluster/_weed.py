@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -98,15 +99,24 @@ class Weed:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"weed mini exited: {self.log_tail()}")
-            try:
-                # The bucket exists once the filer lists it.
-                with urllib.request.urlopen(f"{self.filer}/buckets/{BUCKET}/?limit=1", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
+            # The bucket exists once the filer lists it; the S3 gateway serves it once it
+            # answers an anonymous listing with anything but a server error (it answers
+            # 500 InternalError for a while after a restart on a loaded machine).
+            if self._answers(f"{self.filer}/buckets/{BUCKET}/?limit=1") == 200 and self._answers(f"{self.endpoint}/{BUCKET}/?max-keys=1") < 500:
+                return
             time.sleep(0.2)
         raise RuntimeError(f"weed mini not ready within {timeout}s: {self.log_tail()}")
+
+    @staticmethod
+    def _answers(url: str) -> int:
+        """The HTTP status ``url`` answers with (600 when nothing answers)."""
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return 600
 
     def log_tail(self) -> str:
         try:

@@ -1,7 +1,8 @@
 """Cluster trust (docs/scale-out.md, "Who the cluster trusts"): Ray answers only processes
 holding its token; a node whose certificate the cluster's authority did not issue for its
 name gets no sandbox, no call and no token, though it joined Ray and labels itself a
-sandfork node; a directory entry pointed at another address is not followed."""
+sandfork node; a directory entry pointed at another address is not followed; snapshots
+are signed by the node that published them, and a revoked node's are refused."""
 
 from __future__ import annotations
 
@@ -142,3 +143,39 @@ def test_a_directory_entry_pointed_elsewhere_is_not_followed(ray_cluster) -> Non
     finally:
         trap.close()
         sb.terminate()
+
+
+def test_a_revoked_nodes_snapshots_are_refused(ray_cluster) -> None:
+    """Node i publishes a memory snapshot signed with its own key; node j restores it, until
+    node i's name is in j's revocation list: then j refuses it, naming the node, and takes
+    it again once the name is gone (the list is read at every check)."""
+    from sandfork import CheckpointType, Sandbox, SandforkError
+
+    c = ray_cluster.client()
+    sb = Sandbox.create(image="busybox", client=c, memory_mb=64)
+    snap = None
+    try:
+        sb.run("sh", ["-c", "echo signed > /note && sync"])
+        snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        snap.publish()
+        i = ray_cluster.node_of(sb.id)
+        j = next(n for n in ray_cluster.nodes if n != i)
+        node_j = ray_cluster.node_client(j)
+        revoked = ray_cluster.root / f"node{j}" / "revoked"
+        revoked.write_text(f"node{i}\n")
+        try:
+            with pytest.raises(SandforkError) as e:
+                node_j.request_json("POST", "/v1/sandboxes", json_body={"snapshot_id": snap.id, "memory_mb": 64})
+            assert f"node{i} is revoked" in str(e.value), e.value
+        finally:
+            revoked.unlink()
+        made = node_j.request_json("POST", "/v1/sandboxes", json_body={"snapshot_id": snap.id, "memory_mb": 64})
+        try:
+            out = node_j.request_json("POST", f"/v1/sandboxes/{made['id']}/exec", json_body={"command": "cat", "args": ["/note"]})
+            assert out["stdout"].strip() == "signed", out
+        finally:
+            node_j.request_json("DELETE", f"/v1/sandboxes/{made['id']}")
+    finally:
+        sb.terminate()
+        if snap is not None:
+            snap.delete()

@@ -27,7 +27,7 @@ mod pull;
 pub use bucket::{Bucket, BucketConfig, Stats};
 pub use error::{RemoteError, Result};
 pub use fetch::ChunkService;
-pub use manifest::{FileEntry, LayerEntry, Manifest, MemoryLayer, Signer};
+pub use manifest::{FileEntry, LayerEntry, Manifest, MemoryLayer, Signature, Signer};
 pub use publish::Tables;
 
 /// Object names inside a bucket's prefix.

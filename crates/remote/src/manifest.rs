@@ -15,12 +15,28 @@ pub const MAX_MANIFEST: u64 = 16 << 20;
 /// Most layers or memory files one manifest may list.
 const MAX_ENTRIES: usize = 65_536;
 
-/// Signs and checks manifests (the daemons' shared snapshot key).
-pub trait Signer: Send + Sync {
-    fn sign(&self, body: &[u8]) -> [u8; 32];
-    /// Whether `signature` is this key's signature of `body` (in constant time).
-    fn verify(&self, body: &[u8], signature: &[u8; 32]) -> bool;
+/// A manifest's signature, and who made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    pub bytes: Vec<u8>,
+    /// The signing node's certificate (PEM), for keys that are a node's own (a cluster
+    /// with an authority); none for a key the nodes share.
+    pub signer: Option<String>,
 }
+
+/// Signs and checks manifests: the daemons' shared snapshot key, or each node's own key
+/// under the cluster's authority.
+pub trait Signer: Send + Sync {
+    fn sign(&self, body: &[u8]) -> std::result::Result<Signature, String>;
+    /// Ok when `signature` is a signature of `body` by a key this node trusts (checked in
+    /// constant time where it is a shared secret); else why not.
+    fn verify(&self, body: &[u8], signature: &Signature) -> std::result::Result<(), String>;
+}
+
+/// Longest signature read (hex digits).
+const MAX_SIGNATURE_HEX: usize = 1024;
+/// Longest signer certificate read.
+const MAX_SIGNER: usize = 16 << 10;
 
 /// One disk layer of a published snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,32 +168,61 @@ impl Manifest {
     }
 }
 
-/// What is stored: the manifest's exact bytes and their signature.
+/// What is stored: the manifest's exact bytes, their signature and its signer.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Envelope {
     body: String,
     signature: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signer: Option<String>,
 }
 
 /// The bytes to store for `m`, signed.
 pub fn seal(m: &Manifest, signer: &dyn Signer) -> Result<Vec<u8>> {
     let body = serde_json::to_string(m).map_err(|e| RemoteError::invalid(e.to_string()))?;
-    let signature = hex(&signer.sign(body.as_bytes()));
-    serde_json::to_vec(&Envelope { body, signature })
-        .map_err(|e| RemoteError::invalid(e.to_string()))
+    let sig = signer
+        .sign(body.as_bytes())
+        .map_err(|e| RemoteError::invalid(format!("cannot sign the manifest: {e}")))?;
+    serde_json::to_vec(&Envelope {
+        body,
+        signature: hex(&sig.bytes),
+        signer: sig.signer,
+    })
+    .map_err(|e| RemoteError::invalid(e.to_string()))
+}
+
+/// The bytes of an even number of hex digits.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
 }
 
 /// The manifest in `bytes`, once its signature and contents are checked.
 pub fn open(bytes: &[u8], signer: &dyn Signer) -> Result<Manifest> {
     let e: Envelope = serde_json::from_slice(bytes)
         .map_err(|e| RemoteError::invalid(format!("manifest is not a signed envelope: {e}")))?;
-    let sig = unhex32(&e.signature)
+    let sig = (e.signature.len() <= MAX_SIGNATURE_HEX)
+        .then(|| unhex(&e.signature))
+        .flatten()
+        .filter(|b| !b.is_empty())
         .ok_or_else(|| RemoteError::invalid("manifest signature is malformed"))?;
-    if !signer.verify(e.body.as_bytes(), &sig) {
-        return Err(RemoteError::invalid(
-            "manifest is not signed with this cluster's snapshot key",
-        ));
+    if e.signer.as_ref().is_some_and(|s| s.len() > MAX_SIGNER) {
+        return Err(RemoteError::invalid("manifest signer is too long"));
+    }
+    let sig = Signature {
+        bytes: sig,
+        signer: e.signer,
+    };
+    if let Err(why) = signer.verify(e.body.as_bytes(), &sig) {
+        return Err(RemoteError::invalid(format!(
+            "manifest signature refused: {why}"
+        )));
     }
     let m: Manifest = serde_json::from_str(&e.body)
         .map_err(|e| RemoteError::invalid(format!("manifest: {e}")))?;
@@ -203,18 +248,6 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The 32 bytes of 64 hex digits.
-pub fn unhex32(s: &str) -> Option<[u8; 32]> {
-    if !is_hex(s, 64) {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
 /// blake3 of `bytes`, as hex.
 pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
@@ -228,11 +261,16 @@ pub(crate) mod tests {
     pub struct TestKey(pub [u8; 32]);
 
     impl Signer for TestKey {
-        fn sign(&self, body: &[u8]) -> [u8; 32] {
-            *blake3::keyed_hash(&self.0, body).as_bytes()
+        fn sign(&self, body: &[u8]) -> std::result::Result<Signature, String> {
+            Ok(Signature {
+                bytes: blake3::keyed_hash(&self.0, body).as_bytes().to_vec(),
+                signer: None,
+            })
         }
-        fn verify(&self, body: &[u8], signature: &[u8; 32]) -> bool {
-            &self.sign(body) == signature
+        fn verify(&self, body: &[u8], signature: &Signature) -> std::result::Result<(), String> {
+            (self.sign(body)? == *signature)
+                .then_some(())
+                .ok_or_else(|| "not this key's".into())
         }
     }
 
@@ -275,7 +313,7 @@ pub(crate) mod tests {
         let bytes = seal(&m, &TestKey([1; 32])).unwrap();
         assert_eq!(open(&bytes, &TestKey([1; 32])).unwrap(), m);
         let e = open(&bytes, &TestKey([2; 32])).unwrap_err().to_string();
-        assert!(e.contains("not signed with this cluster"), "{e}");
+        assert!(e.contains("signature refused: not this key's"), "{e}");
         let tampered = String::from_utf8(bytes)
             .unwrap()
             .replace("node-a", "node-b");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use blockstore::remote::{SocketFetch, FETCH_SOCKET};
 use blockstore::{BlockDevice, LayerId, Store, StoreOptions};
-use remote::manifest::Signer;
+use remote::manifest::{Signature, Signer};
 use remote::{Bucket, ChunkService, Tables};
 
 const MIB: u64 = 1 << 20;
@@ -17,11 +17,16 @@ const MIB: u64 = 1 << 20;
 struct Key([u8; 32]);
 
 impl Signer for Key {
-    fn sign(&self, body: &[u8]) -> [u8; 32] {
-        *blake3::keyed_hash(&self.0, body).as_bytes()
+    fn sign(&self, body: &[u8]) -> Result<Signature, String> {
+        Ok(Signature {
+            bytes: blake3::keyed_hash(&self.0, body).as_bytes().to_vec(),
+            signer: None,
+        })
     }
-    fn verify(&self, body: &[u8], signature: &[u8; 32]) -> bool {
-        &self.sign(body) == signature
+    fn verify(&self, body: &[u8], signature: &Signature) -> Result<(), String> {
+        (self.sign(body)? == *signature)
+            .then_some(())
+            .ok_or_else(|| "not this key's".into())
     }
 }
 

@@ -154,6 +154,14 @@ pub struct Config {
     /// an explicit `allow_out`: an entry is accepted only inside one of these (default
     /// none: an `allow_out` that reaches into a guarded range is refused).
     pub allow_out_guarded: Vec<String>,
+    /// The cluster's authority (`sandfork cluster init`'s ca.pem): snapshots this node
+    /// publishes are signed with its own key (`tls_key`, certified by the authority for
+    /// its name), and it restores only snapshots signed by such a node that is not revoked
+    /// (docs/scale-out.md). Without it, the nodes share `snapshot.key`.
+    pub cluster_ca: Option<PathBuf>,
+    /// Node names whose snapshots are refused from now on, one a line (read at every
+    /// check; with `cluster_ca`).
+    pub cluster_revoked: Option<PathBuf>,
     /// Publish snapshots to this S3-compatible object store and pull from it the ones
     /// this node lacks (an `[object_store]` table: url, endpoint, region, allow_http,
     /// access_key_id, secret_access_key; none = snapshots stay on this node).
@@ -225,6 +233,8 @@ impl Default for Config {
             dns_upstreams: Vec::new(),
             dns_trusted_ranges: Vec::new(),
             allow_out_guarded: Vec::new(),
+            cluster_ca: None,
+            cluster_revoked: None,
             object_store: None,
             publish_snapshots: true,
             remote_cache_mb: 10_240,

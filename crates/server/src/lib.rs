@@ -17,6 +17,7 @@ pub mod listen;
 pub mod logs;
 pub mod manager;
 pub mod metrics;
+pub mod nodekey;
 pub mod runc;
 pub mod snapfile;
 pub mod snapkey;

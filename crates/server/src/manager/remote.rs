@@ -37,17 +37,32 @@ const FILES_PARALLEL: usize = 6;
 const TRACE_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Signs manifests with a key derived from the daemon's snapshot key: nodes that share
-/// the key file (a cluster) trust each other's snapshots, as they do each other's exports.
+/// the key file trust each other's snapshots, as they do each other's exports. A cluster
+/// with an authority signs with each node's own key instead ([`crate::nodekey`]).
 struct ManifestKey(SnapshotKey);
 
 const PURPOSE: &str = "object store manifest";
 
 impl remote::Signer for ManifestKey {
-    fn sign(&self, body: &[u8]) -> [u8; 32] {
-        self.0.derive(PURPOSE, body)
+    fn sign(&self, body: &[u8]) -> Result<remote::Signature, String> {
+        Ok(remote::Signature {
+            bytes: self.0.derive(PURPOSE, body).to_vec(),
+            signer: None,
+        })
     }
-    fn verify(&self, body: &[u8], signature: &[u8; 32]) -> bool {
-        self.0.derive(PURPOSE, body).ct_eq(signature).into()
+    fn verify(&self, body: &[u8], signature: &remote::Signature) -> Result<(), String> {
+        if signature.signer.is_some() {
+            return Err(
+                "signed by a node's own key, and this daemon has no cluster authority \
+                        to check it (cluster_ca)"
+                    .into(),
+            );
+        }
+        let ok: bool = self.0.derive(PURPOSE, body)[..]
+            .ct_eq(&signature.bytes[..])
+            .into();
+        ok.then_some(())
+            .ok_or_else(|| "not signed with this cluster's snapshot key".into())
     }
 }
 
@@ -57,7 +72,7 @@ pub(crate) struct Remote {
     pub chunks: Arc<ChunkService>,
     tables: Tables,
     store: blockstore::Store,
-    key: ManifestKey,
+    key: Box<dyn remote::Signer>,
     node: String,
     /// One publish or pull of a snapshot at a time.
     busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -88,6 +103,22 @@ fn remote_err(e: RemoteError) -> Error {
         RemoteError::Config(m) => Error::InvalidArgument(m),
         other => unavailable(other.to_string()),
     }
+}
+
+/// Who signs and whose manifests are trusted: each node itself under the cluster's
+/// authority when `cluster_ca` is set, else the snapshot key the nodes share.
+fn manifest_signer(config: &Config, key: SnapshotKey) -> Result<Box<dyn remote::Signer>> {
+    let Some(ca) = &config.cluster_ca else {
+        return Ok(Box::new(ManifestKey(key)));
+    };
+    let (Some(cert), Some(tls_key)) = (&config.tls_cert, &config.tls_key) else {
+        return Err(Error::InvalidArgument(
+            "cluster_ca needs the node's certificate and key (tls_cert, tls_key)".into(),
+        ));
+    };
+    let node = crate::nodekey::NodeKey::load(cert, tls_key, ca, config.cluster_revoked.as_deref())
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    Ok(Box::new(node))
 }
 
 impl Remote {
@@ -126,7 +157,7 @@ impl Remote {
             chunks,
             tables,
             store: store.clone(),
-            key: ManifestKey(key),
+            key: manifest_signer(config, key)?,
             node: config.node(),
             busy: Mutex::new(HashMap::new()),
             used: Mutex::new(HashMap::new()),
@@ -264,7 +295,9 @@ impl Manager {
                     memory_layers,
                     scratch: &work.0,
                 };
-                let published = r.bucket.publish(&r.store, &r.tables, publication, &r.key);
+                let published = r
+                    .bucket
+                    .publish(&r.store, &r.tables, publication, r.key.as_ref());
                 published.await.map_err(remote_err)
             }
             Err(e) => Err(e),
@@ -321,7 +354,7 @@ impl Manager {
             return Ok(rec);
         }
         let started = Instant::now();
-        let m = match r.bucket.manifest(id, &r.key).await {
+        let m = match r.bucket.manifest(id, r.key.as_ref()).await {
             Err(RemoteError::NotFound(_)) => {
                 return Err(Error::NotFound(format!("Snapshot {id} not found")))
             }
@@ -408,12 +441,12 @@ impl Manager {
         let (r, id) = (r.clone(), rec.view.id.clone());
         tokio::spawn(async move {
             let updated = async {
-                let mut m = r.bucket.manifest(&id, &r.key).await?;
+                let mut m = r.bucket.manifest(&id, r.key.as_ref()).await?;
                 if !m.prefetch.is_empty() {
                     return Ok(());
                 }
                 m.prefetch = chunks;
-                r.bucket.put_manifest(&m, &r.key).await
+                r.bucket.put_manifest(&m, r.key.as_ref()).await
             };
             match updated.await {
                 Ok(()) => tracing::debug!(snapshot = %id, "recorded what a restore reads first"),
@@ -508,7 +541,7 @@ impl Manager {
             if local.contains(&id) {
                 continue;
             }
-            match r.bucket.manifest(&id, &r.key).await {
+            match r.bucket.manifest(&id, r.key.as_ref()).await {
                 Ok(m) => match serde_json::from_value::<SnapshotRecord>(m.record) {
                     Ok(rec) if rec.view.id == id => out.push(rec.view),
                     _ => tracing::warn!(snapshot = %id, "a manifest without a usable record"),
@@ -526,7 +559,7 @@ impl Manager {
         match self.snapshot_record(id).await {
             Err(Error::NotFound(msg)) if self.has_remote() && remote::manifest::safe_name(id) => {
                 let r = self.remote()?;
-                match r.bucket.manifest(id, &r.key).await {
+                match r.bucket.manifest(id, r.key.as_ref()).await {
                     Err(RemoteError::NotFound(_)) => Err(Error::NotFound(msg)),
                     Err(e) => Err(remote_err(e)),
                     Ok(m) => serde_json::from_value::<SnapshotRecord>(m.record)
