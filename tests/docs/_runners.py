@@ -200,7 +200,13 @@ class TypeScriptSdk:
         if shutil.which("node") is None:
             return "needs Node.js 20 or newer"
         if not self.tsc.exists() or not (TS_SDK / "node_modules" / "ws").exists():
-            return "needs the TypeScript SDK's dependencies (cd sdk/typescript && npm ci)"
+            # What `make test-typescript` installs, from the lockfile (it may run later).
+            subprocess.run(
+                ["npm", "ci", "--prefer-offline", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=TS_SDK, capture_output=True, timeout=600,
+            )  # fmt: skip
+        if not self.tsc.exists() or not (TS_SDK / "node_modules" / "ws").exists():
+            return "needs the TypeScript SDK's dependencies (cd sdk/typescript && npm ci), and installing them failed"
         return None
 
     def build(self) -> Optional[str]:

@@ -7,10 +7,11 @@ pull, a build step or a lookup fails at once instead of leaving the machine; the
 own processes get the same proxy.
 
 The ``python`` image (the daemon's default) is built from Debian's package mirror, which
-this suite never asks. It comes from an OCI layout of the daemon's own build, cached at
-``${SANDFORK_CACHE:-/var/cache/sandfork}/images/python-oci`` (``SANDFORK_DOCS_PYTHON_OCI``
-names another), and is imported into the test daemon; without it, the blocks that run
-skip, saying how to make it.
+the blocks' daemon never asks. It comes from an OCI layout of the daemon's own build,
+cached at ``${SANDFORK_CACHE:-/var/cache/sandfork}/images/python-oci``
+(``SANDFORK_DOCS_PYTHON_OCI`` names another), and is imported into the test daemon. When
+the cache is empty, a daemon of its own (as the SDK suite's: its image builds reach
+Debian's mirror, nothing else) builds the image once and exports it there.
 
 Between pages the daemon is brought back to where it started: every sandbox terminated,
 every snapshot, volume and image but ``python`` deleted, the page's work directory
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -41,9 +43,6 @@ from _runners import Log, Outcome, PythonRunner, ShellRunner, TypeScriptRunner, 
 
 CACHE = Path(os.environ.get("SANDFORK_CACHE") or "/var/cache/sandfork")
 PYTHON_OCI = Path(os.environ.get("SANDFORK_DOCS_PYTHON_OCI") or CACHE / "images" / "python-oci")
-MAKE_PYTHON_OCI = (
-    f"with a daemon running, `sandfork run --image python -- true && sandfork image export python --format oci -o {PYTHON_OCI}`"
-)
 
 
 def free_port() -> int:
@@ -83,7 +82,7 @@ def docs_daemon() -> Iterator[DocsDaemon]:
     docs = DocsDaemon(d, bin_dir, None)
     try:
         wait_healthy(d)
-        docs.python_missing = import_python_image(d)
+        docs.python_missing = import_python_image(d, binary)
         yield docs
     finally:
         problems = docs.problems + [f"sandbox left running: {i}" for i in terminate_leftovers(d)]
@@ -91,15 +90,39 @@ def docs_daemon() -> Iterator[DocsDaemon]:
         assert not problems, "after the docs blocks:\n" + "\n".join(problems)
 
 
-def import_python_image(d: Daemon) -> Optional[str]:
-    """Imports the cached python image; returns why it could not, or None."""
+def cache_python_image(binary: Path) -> None:
+    """Builds the python image in a daemon of its own and exports it to ``PYTHON_OCI``."""
+    from sandfork import Client, Image, Sandbox
+
+    root = Path(tempfile.mkdtemp(prefix="sfdocs-build-"))
+    d = start_daemon(binary, [], root=root)
+    try:
+        wait_healthy(d)
+        client = Client(url=d.url)
+        Sandbox.create(image="python", memory_mb=128, client=client).terminate()
+        partial = PYTHON_OCI.with_name(PYTHON_OCI.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        tarball = root / "python.oci.tar"
+        Image.get("python", client=client).export(tarball, format="oci-archive")
+        partial.mkdir()
+        subprocess.run(["tar", "-xf", str(tarball), "-C", str(partial)], check=True)
+        partial.rename(PYTHON_OCI)
+    finally:
+        problems = tear_down(d)
+        assert not problems, "building the python image left behind:\n" + "\n".join(problems)
+
+
+def import_python_image(d: Daemon, binary: Path) -> Optional[str]:
+    """Imports the cached python image (made first if missing); returns why it could not,
+    or None."""
     from sandfork import Client, Image
 
     if not (PYTHON_OCI / "index.json").is_file():
-        return (
-            f"the blocks run on the daemon's default image, python, and {PYTHON_OCI} does not hold it; "
-            f"its build fetches Debian packages from the internet, which this suite never does: {MAKE_PYTHON_OCI}"
-        )
+        try:
+            cache_python_image(binary)
+        except Exception as e:  # the reason goes to every block's skip
+            return f"the blocks run on the daemon's default image, python, and building it for {PYTHON_OCI} failed: {e}"
     Image.import_(PYTHON_OCI, "python", client=Client(url=d.url))
     return None
 
