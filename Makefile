@@ -27,7 +27,7 @@ test-rust:
 
 # Each suite has its own conftest.py, so each runs in a pytest of its own; all run, and the
 # target fails if any failed.
-PY_SUITES := sdk/python/tests tests/security tests/reliability tests/api tests/checkpoints tests/images tests/cluster tests/compat/tensorlake tests/docs tests/compat/e2b
+PY_SUITES := sdk/python/tests tests/security tests/reliability tests/api tests/checkpoints tests/images tests/cluster tests/compat/tensorlake tests/docs tests/compat/e2b tests/mcp
 test-python:
 	@failed=""; for suite in $(PY_SUITES); do \
 	  echo "== pytest $$suite"; \

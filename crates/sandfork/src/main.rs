@@ -32,6 +32,9 @@ enum Command {
     /// A cluster's authority, tokens and node certificates (docs/scale-out.md).
     #[command(subcommand)]
     Cluster(gateway_cmd::ClusterCommand),
+    /// Serve the Model Context Protocol (stdio, or streamable HTTP with --http): tools and
+    /// resources for sandboxes, through the daemon's API (docs/mcp.md).
+    Mcp(mcp::McpArgs),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -66,6 +69,7 @@ fn run() -> i32 {
         }
         Command::Serve(s) => Run::Serve(s),
         Command::Gateway(g) => Run::Gateway(g),
+        Command::Mcp(m) => Run::Mcp(args.client, m),
         Command::Client(c) => {
             cli::quiet_on_closed_stdout();
             Run::Client(args.client, c)
@@ -86,6 +90,7 @@ fn run() -> i32 {
             Run::Serve(s) => serve::serve(s).await,
             Run::Gateway(g) => gateway_cmd::run(g).await,
             Run::Client(a, c) => cli::run(a, c).await,
+            Run::Mcp(a, m) => mcp::run(a.url, a.token, m).await.map_err(Into::into),
         }
     });
     match result {
@@ -119,4 +124,5 @@ enum Run {
     Serve(serve::ServeArgs),
     Gateway(gateway_cmd::GatewayArgs),
     Client(cli::ClientArgs, cli::Command),
+    Mcp(cli::ClientArgs, mcp::McpArgs),
 }
