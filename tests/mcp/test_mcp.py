@@ -290,3 +290,10 @@ def test_http_needs_a_token_to_start(env: McpEnv, tmp_path) -> None:
         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"},
     )  # fmt: skip
     assert out.returncode != 0 and "token" in out.stderr
+    # Nor on a non-loopback address (its clients would send the token in the clear)
+    # unless told to.
+    out = subprocess.run(
+        [str(env.binary), "mcp", "--http", "0.0.0.0:0", "--token", "t", "--url", f"unix://{tmp_path}/none.sock"],
+        capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode != 0 and "--allow-remote" in out.stderr

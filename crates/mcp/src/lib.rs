@@ -38,6 +38,14 @@ pub struct McpArgs {
     /// beside the daemon's socket).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// With --http: also accept requests whose Host is HOST (or HOST:PORT); loopback
+    /// names and a non-loopback listen address are accepted already (DNS rebinding guard).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// With --http: listen on a non-loopback address over plain HTTP anyway (the token
+    /// then crosses the network in the clear: put TLS in front).
+    #[arg(long)]
+    pub allow_remote: bool,
 }
 
 /// Runs the server until its client leaves (stdio) or it is stopped (HTTP).
@@ -47,8 +55,15 @@ pub async fn run(url: Option<String>, token: Option<String>, args: McpArgs) -> R
     match args.http {
         None => transport::serve_stdio(daemon).await?,
         Some(addr) => {
+            if !addr.ip().is_loopback() && !args.allow_remote {
+                return Err(Error::Serve(format!(
+                    "--http {addr} is not a loopback address: its clients would send the \
+                     daemon's token in the clear; give --allow-remote to serve it anyway \
+                     (behind TLS)"
+                )));
+            }
             let http_token = http_token(args.token_file.as_deref(), token, url.as_deref())?;
-            transport::serve_http(addr, http_token, daemon).await?;
+            transport::serve_http(addr, http_token, args.allowed_hosts, daemon).await?;
         }
     }
     Ok(0)
@@ -104,6 +119,21 @@ fn read_token(path: &Path) -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_remote_http_address_needs_allow_remote() {
+        let args = McpArgs {
+            http: "0.0.0.0:0".parse().ok(),
+            token_file: None,
+            allowed_hosts: Vec::new(),
+            allow_remote: false,
+        };
+        let e = run(None, Some("t".into()), args)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("--allow-remote")));
+    }
 
     #[test]
     fn the_http_token_comes_from_the_file_then_the_flag() {

@@ -203,8 +203,8 @@ pub struct ForkParams {
     pub count: u32,
     /// Fork from this snapshot. Exclusive with `sandbox`.
     pub snapshot_id: Option<String>,
-    /// Fork from this live sandbox (id or name): it is checkpointed first. Exclusive with
-    /// `snapshot_id`.
+    /// Fork from this live sandbox (id or name): its memory is checkpointed in place
+    /// first. Exclusive with `snapshot_id`.
     pub sandbox: Option<String>,
     /// Children are named `<prefix>-<index>`.
     pub name_prefix: Option<String>,

@@ -42,7 +42,12 @@ pub async fn serve_stdio(daemon: Daemon) -> Result<()> {
 }
 
 /// Serves streamable HTTP on `addr` until SIGINT or SIGTERM.
-pub async fn serve_http(addr: SocketAddr, token: String, daemon: Daemon) -> Result<()> {
+pub async fn serve_http(
+    addr: SocketAddr,
+    token: String,
+    allowed_hosts: Vec<String>,
+    daemon: Daemon,
+) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| Error::Serve(format!("cannot listen on {addr}: {e}")))?;
@@ -59,6 +64,7 @@ pub async fn serve_http(addr: SocketAddr, token: String, daemon: Daemon) -> Resu
         config.allowed_hosts.push(addr.ip().to_string());
         config.allowed_hosts.push(local.to_string());
     }
+    config.allowed_hosts.extend(allowed_hosts);
     let service = StreamableHttpService::new(
         move || Ok(Sandfork::new(daemon.clone())),
         LocalSessionManager::default().into(),
