@@ -20,7 +20,7 @@ build-release: setup
 demo: build-release
 	@scripts/demo
 
-test: build test-rust test-python test-typescript test-console fuzz
+test: build test-rust test-python test-typescript test-console test-integrations fuzz
 
 test-rust:
 	$(CARGO) nextest run --workspace --no-fail-fast
@@ -43,6 +43,12 @@ test-typescript:
 # console itself is built into the binary by crates/console-embed).
 test-console:
 	cd console && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm test
+
+# The sandbox-provider packages (integrations/: inspect-ai, the OpenAI Agents SDK) against a
+# real daemon, with the real frameworks at the versions integrations/requirements.txt pins,
+# installed into a venv outside the repository when missing.
+test-integrations: build
+	$(PYTHON) integrations/run_tests.py
 
 # Every cargo-fuzz target for FUZZ_TIME seconds each (see docs/SECURITY.md).
 FUZZ_TIME ?= 20
