@@ -46,6 +46,31 @@ def test_the_gateway_wants_its_token_and_says_what_it_cannot_do(ray_cluster) -> 
     with pytest.raises(SandforkError) as e:
         c.request_json("GET", "/v1/sandboxes/sb-0000000000000000")
     assert "not found" in str(e.value)
+    # A port request without the token learns nothing of what exists: a real sandbox's
+    # port and one that never was get the same answers, by path and by host.
+    from sandfork import Sandbox
+
+    sb = Sandbox.create(image="busybox", client=c, memory_mb=64)
+    try:
+        def answer(target: str, host: str = "", token: str = "") -> tuple:
+            headers = {"Host": host} if host else {}
+            if token:
+                headers["X-Sandfork-Access-Token"] = token
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"{url}{target}", headers=headers), timeout=10)
+                return (200, b"")
+            except urllib.error.HTTPError as err:
+                return (err.code, err.read())
+
+        for token in ("", "wrong"):
+            real = answer(f"/v1/sandboxes/{sb.id}/ports/8080/", token=token)
+            ghost = answer("/v1/sandboxes/sb-0000000000000000/ports/8080/", token=token)
+            assert real == ghost and real[0] == (403 if token else 401), (real, ghost)
+            by_host = answer("/", host=f"8080-{sb.id}.cluster.test", token=token)
+            ghost_host = answer("/", host="8080-sb-0000000000000000.cluster.test", token=token)
+            assert by_host == ghost_host == real, (by_host, ghost_host, real)
+    finally:
+        sb.terminate()
 
 
 def test_a_fork_of_32_spreads_over_the_nodes(ray_cluster) -> None:

@@ -393,7 +393,12 @@ impl Gateway {
     }
 
     async fn to_sandbox(&self, id: &str, req: Request, authed: bool) -> Response {
-        let Some((id, p)) = self.placed(id).await else {
+        let placed = self.placed(id).await;
+        // A port request without the token learns nothing of what exists or was lost.
+        if !authed && placed.as_ref().is_none_or(|(_, p)| self.is_lost(p)) {
+            return server::api::port_refusal(&req);
+        }
+        let Some((id, p)) = placed else {
             return error(
                 StatusCode::NOT_FOUND,
                 "not_found",
@@ -437,17 +442,13 @@ impl Gateway {
     /// A port reached by host name: passed on with its `Host`, credentials as they came.
     async fn to_port_by_host(&self, id: &str, req: Request) -> Response {
         match self.placed(id).await {
-            Some((id, p)) if self.is_lost(&p) => self.lost(&id, &p, req).await,
-            Some((_, p)) => self
+            Some((_, p)) if !self.is_lost(&p) => self
                 .links
                 .send_as(&p.api, req, true)
                 .await
                 .unwrap_or_else(node_error),
-            None => error(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("Sandbox {id} not found"),
-            ),
+            // Gone, lost or never there: the node's fixed refusal, whoever asks.
+            _ => server::api::port_refusal(&req),
         }
     }
 

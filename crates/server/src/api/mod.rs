@@ -35,7 +35,7 @@ use crate::logs::{RateLimit, Verdict};
 use crate::manager::Manager;
 use api_types::ErrorBody;
 pub use auth::{websocket_token, Token};
-pub use gateway::{host_target, strip_hop_by_hop, wants_upgrade};
+pub use gateway::{host_target, port_refusal, strip_hop_by_hop, wants_upgrade};
 pub use openapi::openapi_json;
 
 /// What every handler can reach.

@@ -50,7 +50,7 @@ pub use admission::{Admission, Policy};
 pub use events::{Events, KEEP_EVENTS};
 pub use images::{validate_build, BUILDERS};
 pub use pool::PoolGauge;
-pub use ports::{unix_now, PortConnection, PortCredentials};
+pub use ports::{unix_now, PortConnection, PortCredentials, PORT_FORBIDDEN, PORT_UNAUTHORIZED};
 pub use reaper::on_timeout;
 pub use snapshots::CheckpointArgs;
 
