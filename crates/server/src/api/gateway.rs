@@ -207,6 +207,19 @@ fn bad_gateway(port: u16, id: &str, e: &hyper::Error) -> Response {
     .into_response()
 }
 
+/// The answer to a port request without the API token for a sandbox that is not there (or
+/// not reachable): the same fixed answer a refused request gets, so a caller without the
+/// token learns nothing of what exists (the cluster gateway answers so too).
+pub fn port_refusal(req: &Request) -> Response {
+    let creds = credentials(req);
+    let e = if creds.access_token.is_none() && creds.signed.is_none() {
+        Error::Unauthorized(crate::manager::PORT_UNAUTHORIZED.into())
+    } else {
+        Error::Forbidden(crate::manager::PORT_FORBIDDEN.into())
+    };
+    ApiError(e).into_response()
+}
+
 /// What a request presents to open a port.
 fn credentials(req: &Request) -> PortCredentials {
     let api_token = req
