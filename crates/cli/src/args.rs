@@ -41,10 +41,12 @@ pub enum Command {
         /// Only this sandbox's events.
         #[arg(long)]
         sandbox: Option<String>,
-        /// Replay the kept events after this sequence number first (0: all kept).
+        /// Replay the kept events after this sequence number first (0: all kept; the
+        /// default with --no-follow, else only new events).
         #[arg(long)]
         since: Option<u64>,
-        /// Stop after the replay instead of following.
+        /// Stop after the replay instead of following (replays every kept event unless
+        /// --since says otherwise, as the SDKs do).
         #[arg(long)]
         no_follow: bool,
     },

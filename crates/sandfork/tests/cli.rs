@@ -150,6 +150,10 @@ fn verbs_work_end_to_end() {
         .filter_map(|l| l.split_whitespace().nth(2))
         .collect();
     assert_eq!(kinds, ["created", "started"], "{feed}");
+    // Without following, the kept events are replayed as the SDKs do (not "only new ones",
+    // which would be nothing at all).
+    let replayed = d.ok(&["events", "--sandbox", &id, "--no-follow"]);
+    assert_eq!(replayed, feed);
     // A terminal session from piped input: the program's output, then its exit code (the
     // local end of input reaches it as ^D after the typed lines).
     let mut shell = d.cli_cmd(&["shell", "cli-box", "--", "sh"]);

@@ -235,6 +235,8 @@ pub async fn events(
     no_follow: bool,
     json: bool,
 ) -> Result<i32> {
+    // Without following, "only new events" would be nothing at all: replay what is kept.
+    let since = since.or(no_follow.then_some(0));
     let query = query(&[
         ("sandbox", sandbox),
         ("since", since.map(|n| n.to_string())),
