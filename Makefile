@@ -40,9 +40,11 @@ test-typescript:
 	cd sdk/typescript && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm test
 
 # The web console in headless Chromium, driven by Playwright, against a real daemon (the
-# console itself is built into the binary by crates/console-embed).
+# console itself is built into the binary by crates/console-embed). The daemon and the
+# browser run in a network namespace with loopback alone: the hostile-page probes reach
+# nothing else.
 test-console:
-	cd console && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && npm test
+	cd console && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && unshare -n sh -c 'ip link set lo up && exec npm test'
 
 # The sandbox-provider packages (integrations/: inspect-ai, the OpenAI Agents SDK) against a
 # real daemon, with the real frameworks at the versions integrations/requirements.txt pins,
