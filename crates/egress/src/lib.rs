@@ -10,6 +10,8 @@
 mod resolver;
 mod rules;
 
+#[cfg(feature = "fuzzing")]
+pub use resolver::fuzzing;
 pub use resolver::{
     Learn, Learned, Net4, Policy, Resolver, ResolverConfig, MAX_LEARN_TTL, MIN_LEARN_TTL,
 };

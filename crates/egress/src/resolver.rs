@@ -319,15 +319,18 @@ async fn serve_tcp_conn(mut conn: TcpStream, shared: &Shared) -> std::io::Result
 
 /// The answer to one wire-format question; `None` for what is not a DNS query at all.
 async fn answer(query: &[u8], shared: &Shared, tcp: bool) -> Option<Vec<u8>> {
-    let msg = Message::from_vec(query).ok()?;
-    if msg.message_type() != MessageType::Query {
-        return None;
-    }
+    let msg = parse_query(query)?;
     let reply = match decide(&msg, shared, tcp).await {
         Ok(m) => m,
         Err(code) => refusal(&msg, code),
     };
     reply.to_vec().ok()
+}
+
+/// A wire-format question; `None` for what is not a DNS query at all.
+fn parse_query(query: &[u8]) -> Option<Message> {
+    let msg = Message::from_vec(query).ok()?;
+    (msg.message_type() == MessageType::Query).then_some(msg)
 }
 
 fn refusal(query: &Message, code: ResponseCode) -> Message {
@@ -338,37 +341,43 @@ fn refusal(query: &Message, code: ResponseCode) -> Message {
     m
 }
 
-async fn decide(msg: &Message, shared: &Shared, tcp: bool) -> Result<Message, ResponseCode> {
+/// The checks before anything goes upstream: the name asked and its verdict (a denied
+/// name is still looked up, to learn its addresses), or the refusal's code.
+fn screen(msg: &Message, policy: &Policy) -> Result<(String, Verdict), ResponseCode> {
     if msg.op_code() != OpCode::Query {
         return Err(ResponseCode::NotImp);
     }
     let [q] = msg.queries() else {
         return Err(ResponseCode::FormErr);
     };
-    let policy = shared
-        .policy
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
     if policy.closed {
         return Err(ResponseCode::NXDomain);
     }
     let name = q.name().to_ascii();
     let verdict = policy.names.verdict(&name);
-    match verdict {
-        Verdict::Unlisted if policy.allow_list => return Err(ResponseCode::NXDomain),
-        Verdict::Denied => {
-            // Learn what the name resolves to, so connecting to it by address fails too.
-            if let Ok(up) = forward(msg, &shared.config, tcp).await {
-                let learned = Learned {
-                    denied: a_records(&up),
-                    ..Learned::default()
-                };
-                learn(shared, learned).await?;
-            }
-            return Err(ResponseCode::NXDomain);
+    if verdict == Verdict::Unlisted && policy.allow_list {
+        return Err(ResponseCode::NXDomain);
+    }
+    Ok((name, verdict))
+}
+
+async fn decide(msg: &Message, shared: &Shared, tcp: bool) -> Result<Message, ResponseCode> {
+    let policy = shared
+        .policy
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let (name, verdict) = screen(msg, &policy)?;
+    if verdict == Verdict::Denied {
+        // Learn what the name resolves to, so connecting to it by address fails too.
+        if let Ok(up) = forward(msg, &shared.config, tcp).await {
+            let learned = Learned {
+                denied: a_records(&up),
+                ..Learned::default()
+            };
+            learn(shared, learned).await?;
         }
-        _ => {}
+        return Err(ResponseCode::NXDomain);
     }
     let mut up = forward(msg, &shared.config, tcp)
         .await
@@ -425,13 +434,16 @@ fn a_records(m: &Message) -> Vec<(Ipv4Addr, u32)> {
 
 /// Drops AAAA records and A records in guarded, untrusted ranges from every section.
 fn filter_answers(m: &mut Message, config: &ResolverConfig) {
-    let keep = |r: &hickory_proto::rr::Record| match r.data() {
-        RData::AAAA(_) => false,
-        RData::A(a) => {
+    // By the record's type, not its data's shape: an AAAA or A record with empty data
+    // (RDLENGTH 0, which the parser takes for an update's) is dropped too.
+    let keep = |r: &hickory_proto::rr::Record| match (r.record_type(), r.data()) {
+        (RecordType::AAAA, _) => false,
+        (RecordType::A, RData::A(a)) => {
             let a = a.0;
             !config.guarded.iter().any(|n| n.contains(a))
                 || config.trusted.iter().any(|n| n.contains(a))
         }
+        (RecordType::A, _) => false,
         _ => true,
     };
     m.answers_mut().retain(keep);
@@ -507,4 +519,64 @@ async fn ask_tcp(server: SocketAddr, wire: &[u8]) -> std::io::Result<Message> {
     let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
     conn.read_exact(&mut buf).await?;
     Message::from_vec(&buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Entry points of crates/egress/fuzz: what the resolver does with the bytes it is sent,
+/// by the sandbox and by an upstream, without sockets.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+    pub use crate::rules::Verdict;
+
+    /// A query from the sandbox: `None` when it gets no answer at all, `Some(Err(reply))`
+    /// for a refusal sent at once, `Some(Ok((name, verdict)))` when it goes upstream.
+    pub fn question(query: &[u8], policy: &Policy) -> Option<Result<(String, Verdict), Vec<u8>>> {
+        let msg = parse_query(query)?;
+        Some(match screen(&msg, policy) {
+            Ok(asked) => Ok(asked),
+            Err(code) => Err(refusal(&msg, code).to_vec().ok()?),
+        })
+    }
+
+    /// The wire bytes the sandbox gets, and the A records learned with their TTLs.
+    pub type Screened = (Vec<u8>, Vec<(Ipv4Addr, u32)>);
+
+    /// An upstream's answer to question `id`: what the sandbox gets (`None`: nothing, as
+    /// for an answer that does not parse) and the A records learned from it.
+    pub fn upstream_answer(reply: &[u8], config: &ResolverConfig, id: u16) -> Option<Screened> {
+        let mut up = Message::from_vec(reply).ok()?;
+        filter_answers(&mut up, config);
+        let learned = a_records(&up);
+        up.set_id(id);
+        Some((up.to_vec().ok()?, learned))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_dropped_by_type_whatever_their_data() {
+        // Found by crates/egress/fuzz (dns_resolver): an AAAA record with RDLENGTH 0
+        // parsed as an update's empty data and passed the filter.
+        let mut wire = vec![
+            0x12, 0x34, 0x81, 0x80, 0, 1, 0, 3, 0, 0, 0, 0, // header: 1 question, 3 answers
+            3, b'w', b'w', b'w', 2, b'o', b'k', 0, 0, 1, 0, 1, // www.ok. A IN
+        ];
+        for (rtype, rdata) in [(28u8, &[][..]), (1, &[][..]), (1, &[93, 184, 216, 34][..])] {
+            wire.extend([0xc0, 12, 0, rtype, 0, 1, 0, 0, 0, 60, 0, rdata.len() as u8]);
+            wire.extend(rdata);
+        }
+        let mut m = Message::from_vec(&wire).expect("parses");
+        assert_eq!(m.answers().len(), 3);
+        filter_answers(&mut m, &ResolverConfig::default());
+        let kept: Vec<_> = m.answers().iter().map(|r| r.record_type()).collect();
+        assert_eq!(kept, [RecordType::A]);
+        assert_eq!(
+            a_records(&m),
+            [(Ipv4Addr::new(93, 184, 216, 34), MIN_LEARN_TTL)]
+        );
+    }
 }
