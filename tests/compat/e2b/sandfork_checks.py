@@ -196,7 +196,40 @@ def sc_fork_pattern():
     return obs
 
 
-SCENARIOS = {"create_options_rest": sc_create_options_rest, "files_rest": sc_files_rest, "fork_pattern": sc_fork_pattern}
+def sc_ports():
+    """get_host(port) names the daemon's gateway (`{port}-{id}.<gateway_domain>:<port>`)."""
+    obs = {}
+    sb = Sandbox.create(TEMPLATE, timeout=60, network={"allow_public_traffic": True})
+    try:
+        sb.commands.run("cd /tmp && echo served > index.html && python3 -m http.server 8080", background=True)
+        host = sb.get_host(8080)
+        obs["host"] = host
+        check(host.startswith("8080-" + sb.sandbox_id + "."), "get_host names the port and sandbox: %r" % host)
+        api = os.environ["E2B_API_URL"]
+        body = None
+        for _ in range(100):
+            try:
+                r = httpx.get(api + "/index.html", headers={"Host": host})
+                if r.status_code == 200:
+                    body = r.text
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        obs["body"] = body
+        check(body == "served\n", "the port answers through the gateway: %r" % body)
+        check(Sandbox.connect(sb.sandbox_id).get_host(8080) == host, "connect answers the same domain")
+    finally:
+        sb.kill()
+    return obs
+
+
+SCENARIOS = {
+    "create_options_rest": sc_create_options_rest,
+    "files_rest": sc_files_rest,
+    "fork_pattern": sc_fork_pattern,
+    "ports": sc_ports,
+}
 
 
 def main(argv):

@@ -97,8 +97,27 @@ fn visible(s: &Shared, id: &str) -> Result<(Sandbox, &'static str), ApiErr> {
     Ok((v, state))
 }
 
+/// The domain under which the daemon's gateway serves sandbox ports by host
+/// (`{port}-{id}.<domain>`): its `gateway_domain`, with the port the request came to. The
+/// SDKs' `get_host(port)` builds exactly that name.
+fn domain(s: &Shared, headers: &axum::http::HeaderMap) -> Option<String> {
+    let gateway = s.manager.gateway_domain();
+    if gateway.is_empty() {
+        return None;
+    }
+    let host = headers.get(axum::http::header::HOST)?.to_str().ok()?;
+    let port = host
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .filter(|p| p.parse::<u16>().is_ok());
+    Some(match port {
+        Some(p) => format!("{gateway}:{p}"),
+        None => gateway.to_string(),
+    })
+}
+
 /// The `Sandbox` answer for `v`.
-fn sandbox_out(s: &Shared, v: &Sandbox) -> Result<SandboxOut, ApiErr> {
+fn sandbox_out(s: &Shared, v: &Sandbox, domain: Option<String>) -> Result<SandboxOut, ApiErr> {
     let template = shapes::template(v);
     let traffic = if v.public_ports {
         None
@@ -112,7 +131,7 @@ fn sandbox_out(s: &Shared, v: &Sandbox) -> Result<SandboxOut, ApiErr> {
         envd_version: envd::ENVD_VERSION,
         envd_access_token: envd::access_token(s, &v.id)?,
         traffic_access_token: traffic,
-        domain: None,
+        domain,
         alias: Some(template),
     })
 }
@@ -124,11 +143,11 @@ fn created(json: impl serde::Serialize) -> Response {
 // Lifecycle ----------------------------------------------------------------------------
 
 async fn create(State(s): State<E2bState>, req: Request) -> Answer {
-    let (_, bytes) = read(&s, req).await?;
+    let (headers, bytes) = read(&s, req).await?;
     let req: NewSandbox = body(&bytes)?;
     let create = to_create(&s, req).await?;
     let v = s.manager.create(create).await?;
-    Ok(created(sandbox_out(&s, &v)?))
+    Ok(created(sandbox_out(&s, &v, domain(&s, &headers))?))
 }
 
 /// The daemon's create request for E2B's.
@@ -203,10 +222,12 @@ async fn resolve_template(
 }
 
 async fn get_info(State(s): State<E2bState>, Path(id): Path<String>, req: Request) -> Answer {
-    let _ = read(&s, req).await?;
+    let (headers, _) = read(&s, req).await?;
     let (v, state) = visible(&s, &id)?;
     let token = envd::access_token(&s, &v.id)?;
-    Ok(Json(shapes::detail(&v, state, &token)).into_response())
+    let mut out = shapes::detail(&v, state, &token);
+    out["domain"] = json!(domain(&s, &headers));
+    Ok(Json(out).into_response())
 }
 
 async fn kill(State(s): State<E2bState>, Path(id): Path<String>, req: Request) -> Answer {
@@ -230,7 +251,7 @@ async fn set_timeout(State(s): State<E2bState>, Path(id): Path<String>, req: Req
 
 /// Resumes a paused sandbox (201), or extends a running one's timeout (200).
 async fn connect(State(s): State<E2bState>, Path(id): Path<String>, req: Request) -> Answer {
-    let (_, bytes) = read(&s, req).await?;
+    let (headers, bytes) = read(&s, req).await?;
     let c: shapes::ConnectBody = body(&bytes)?;
     let (v, state) = visible(&s, &id)
         .map_err(|_| ApiErr::not_found(format!("Paused sandbox {id} not found")))?;
@@ -246,7 +267,7 @@ async fn connect(State(s): State<E2bState>, Path(id): Path<String>, req: Request
         s.manager.update(&v.id, update).await?;
     }
     let v = s.manager.get(&v.id)?;
-    let out = sandbox_out(&s, &v)?;
+    let out = sandbox_out(&s, &v, domain(&s, &headers))?;
     let status = if resumed {
         StatusCode::CREATED
     } else {
@@ -273,7 +294,7 @@ async fn pause(State(s): State<E2bState>, Path(id): Path<String>, req: Request) 
 
 /// Forks: a memory checkpoint of the sandbox, then `count` children from it.
 async fn fork(State(s): State<E2bState>, Path(id): Path<String>, req: Request) -> Answer {
-    let (_, bytes) = read(&s, req).await?;
+    let (headers, bytes) = read(&s, req).await?;
     let f: shapes::ForkBody = body(&bytes)?;
     let (v, _) = visible(&s, &id)?;
     let req = ForkRequest {
@@ -291,7 +312,7 @@ async fn fork(State(s): State<E2bState>, Path(id): Path<String>, req: Request) -
         .children
         .into_iter()
         .map(|c| match (c.sandbox, c.error) {
-            (Some(child), _) => match sandbox_out(&s, &child) {
+            (Some(child), _) => match sandbox_out(&s, &child, domain(&s, &headers)) {
                 Ok(out) => json!({"sandbox": out}),
                 Err(e) => json!({"error": {"code": e.status.as_u16(), "message": e.message}}),
             },

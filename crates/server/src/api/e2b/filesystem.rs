@@ -22,6 +22,9 @@ use crate::error::Error;
 
 /// The most entries one `ListDir` answers.
 const MAX_LISTED: usize = 100_000;
+/// The most symlinks of one `ListDir` whose targets are looked up (the rest are listed
+/// as symlinks to nothing known, which the SDKs leave out).
+const MAX_LINKS_FOLLOWED: usize = 256;
 /// The most events a polled watcher keeps between two reads.
 const MAX_QUEUED: usize = 10_000;
 /// The most polled watchers at once, over all sandboxes.
@@ -158,6 +161,12 @@ fn file_type(kind: FileKind) -> &'static str {
 
 /// envd's `EntryInfo` of `path` (a symlink reports its target's type and mode).
 async fn entry(s: &Shared, ctx: &Ctx, path: &str, st: &FileStat) -> Value {
+    entry_of(s, ctx, path, st, true).await
+}
+
+/// An `EntryInfo`; a symlink's target is looked up only when `follow` (each costs a
+/// command in the sandbox).
+async fn entry_of(s: &Shared, ctx: &Ctx, path: &str, st: &FileStat, follow: bool) -> Value {
     let mut out = json!({
         "name": base_name(path),
         "type": file_type(st.kind),
@@ -169,7 +178,7 @@ async fn entry(s: &Shared, ctx: &Ctx, path: &str, st: &FileStat) -> Value {
         "group": ctx.table.group_name(st.gid),
         "modifiedTime": model::timestamp::from_unix_millis(st.mtime_unix_ms),
     });
-    if st.kind == FileKind::Symlink {
+    if st.kind == FileKind::Symlink && follow {
         if let Some(target) = link_target(s, ctx, path).await {
             out["symlinkTarget"] = json!(target);
             if let Ok(t) = s.manager.stat(&ctx.id, &target).await {
@@ -324,6 +333,7 @@ async fn list_dir(s: &Shared, ctx: &Ctx, bytes: &[u8]) -> Result<Response, RpcEr
         return Err(RpcErr::invalid(format!("path '{root}' is not a directory")));
     }
     let mut entries = Vec::new();
+    let mut links = 0;
     let mut level = vec![root];
     for _ in 0..depth {
         let mut next = Vec::new();
@@ -338,7 +348,18 @@ async fn list_dir(s: &Shared, ctx: &Ctx, bytes: &[u8]) -> Result<Response, RpcEr
                 if e.stat.kind == FileKind::Dir {
                     next.push(path.clone());
                 }
-                entries.push(entry(s, ctx, &path, &e.stat).await);
+                let follow = e.stat.kind == FileKind::Symlink && links < MAX_LINKS_FOLLOWED;
+                links += usize::from(follow);
+                entries.push(
+                    entry_of(
+                        s,
+                        ctx,
+                        &path,
+                        &e.stat,
+                        follow || e.stat.kind != FileKind::Symlink,
+                    )
+                    .await,
+                );
                 if entries.len() >= MAX_LISTED {
                     return Err(RpcErr::new(
                         Code::ResourceExhausted,
@@ -616,6 +637,19 @@ impl Watchers {
             .ok_or_else(|| RpcErr::new(Code::NotFound, format!("watcher with id {id} not found")))
     }
 
+    /// Forgets the watchers of sandboxes that no longer run.
+    fn prune(&self, m: &crate::manager::Manager) {
+        self.lock().retain(|_, (w, task)| {
+            let live = m
+                .get(&w.sandbox)
+                .is_ok_and(|v| super::shapes::state(v.state).is_some());
+            if !live {
+                task.abort();
+            }
+            live
+        });
+    }
+
     fn remove(&self, id: &str) {
         if let Some((_, task)) = self.lock().remove(id) {
             task.abort();
@@ -636,6 +670,7 @@ fn new_watcher_id() -> String {
 }
 
 async fn create_watcher(s: &E2bState, ctx: Ctx, bytes: &[u8]) -> Result<Response, RpcErr> {
+    s.watchers.prune(&s.manager);
     if s.watchers.lock().len() >= MAX_WATCHERS {
         return Err(RpcErr::new(
             Code::ResourceExhausted,

@@ -102,8 +102,11 @@ enum Plane {
 /// Which E2B plane a request is for, if any. A signed `/files` URL is envd's even
 /// without the header (it is refused then: it cannot say which sandbox it is for).
 fn plane(headers: &HeaderMap, path: &str, query: Option<&str>) -> Option<Plane> {
+    let envd = matches!(path, "/health" | "/files")
+        || path.starts_with("/process.Process/")
+        || path.starts_with("/filesystem.Filesystem/");
     let signed = path == "/files" && query.is_some_and(|q| q.contains("signature="));
-    if headers.contains_key(SANDBOX_HEADER) || signed {
+    if envd && (headers.contains_key(SANDBOX_HEADER) || signed) {
         return Some(Plane::Envd);
     }
     let control = path == "/v2/sandboxes"
@@ -133,7 +136,8 @@ mod tests {
         assert_eq!(plane(&h, "/templates/a%2Fb", None), Some(Plane::Control));
         assert_eq!(plane(&h, "/v1/sandboxes", None), None);
         h.insert(SANDBOX_HEADER, "sb".parse().unwrap());
-        assert_eq!(plane(&h, "/v1/sandboxes", None), Some(Plane::Envd));
+        assert_eq!(plane(&h, "/v1/sandboxes", None), None, "not an envd path");
+        assert_eq!(plane(&h, "/process.Process/Start", None), Some(Plane::Envd));
         assert_eq!(plane(&h, "/health", None), Some(Plane::Envd));
     }
 }

@@ -24,6 +24,8 @@ use super::errors::{Code, RpcErr};
 use super::{users, E2bState, Shared};
 use crate::backend::ExecEvent;
 
+/// Terminal processes remembered before those of sandboxes gone are forgotten.
+const MAX_TERMINALS: usize = 4096;
 /// Re-attachments of one stream after its agent connection dropped, before giving up.
 const MAX_REATTACH: u32 = 5;
 
@@ -212,7 +214,15 @@ async fn start(
         s.manager.spawn(&ctx.id, spawn).await?
     };
     if pty {
-        terminals().lock().insert((ctx.id.clone(), info.id));
+        let mut t = terminals().lock();
+        if t.len() >= MAX_TERMINALS {
+            t.retain(|(id, _)| {
+                s.manager
+                    .get(id)
+                    .is_ok_and(|v| super::shapes::state(v.state).is_some())
+            });
+        }
+        t.insert((ctx.id.clone(), info.id));
     }
     let (out, resp) = connect::stream_response();
     let follow = Follow {
