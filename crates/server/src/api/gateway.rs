@@ -19,24 +19,11 @@ use super::{ApiError, AppState};
 use crate::error::Error;
 use crate::manager::PortCredentials;
 
-/// The header that carries a sandbox's access token.
-pub const TOKEN_HEADER: &str = "x-sandfork-access-token";
-/// Query parameters the gateway reads (and removes before passing a request on).
-const TOKEN_PARAM: &str = "sandfork_token";
-const EXPIRES_PARAM: &str = "sandfork_expires";
-const SIGNATURE_PARAM: &str = "sandfork_signature";
-
-/// Headers that belong to one hop and are not passed on (RFC 9110 §7.6.1), but for the
-/// `Connection: upgrade` / `Upgrade` pair of an upgrade.
-const HOP_BY_HOP: [&str; 7] = [
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
+mod rewrite;
+use rewrite::{
+    passed_query, query_pairs, strip_credentials, EXPIRES_PARAM, SIGNATURE_PARAM, TOKEN_PARAM,
+};
+pub use rewrite::{strip_hop_by_hop, wants_upgrade, TOKEN_HEADER};
 
 /// `ANY /v1/sandboxes/{id}/ports/{port}` and `…/{port}/{*rest}`.
 ///
@@ -231,11 +218,7 @@ fn credentials(req: &Request) -> PortCredentials {
         .get(TOKEN_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let pairs: Vec<(String, String)> = req
-        .uri()
-        .query()
-        .map(|q| serde_urlencoded::from_str(q).unwrap_or_default())
-        .unwrap_or_default();
+    let pairs = query_pairs(req.uri().query());
     let param = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let signed = match (param(EXPIRES_PARAM), param(SIGNATURE_PARAM)) {
         (Some(e), Some(s)) => e.parse().ok().map(|e| (e, s)),
@@ -246,37 +229,6 @@ fn credentials(req: &Request) -> PortCredentials {
         access_token: header_token.or_else(|| param(TOKEN_PARAM)),
         signed,
     }
-}
-
-/// The query without the gateway's own parameters (`None` when nothing is left).
-fn passed_query(query: Option<&str>) -> Option<String> {
-    let query = query?;
-    // Names compared as decoded, as the credentials were read: `sandfork%5Ftoken` is the
-    // gateway's too, and never reaches the sandbox.
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|p| {
-            let raw = p.split('=').next().unwrap_or("");
-            let name: String = form_urlencoded::parse(raw.as_bytes())
-                .next()
-                .map(|(k, _)| k.into_owned())
-                .unwrap_or_default();
-            ![TOKEN_PARAM, EXPIRES_PARAM, SIGNATURE_PARAM].contains(&name.as_str())
-        })
-        .collect();
-    (!kept.is_empty()).then(|| kept.join("&"))
-}
-
-pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
 }
 
 /// The request as the sandbox gets it: HTTP/1.1 to `uri`, without the daemon's
@@ -295,11 +247,7 @@ fn outbound_request(
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
     });
     let upgrade = wants_upgrade(&parts.headers);
-    strip_hop_by_hop(&mut parts.headers, upgrade);
-    parts.headers.remove(TOKEN_HEADER);
-    if api_token_used {
-        parts.headers.remove(header::AUTHORIZATION);
-    }
+    strip_credentials(&mut parts.headers, upgrade, api_token_used);
     if let Some(host) = host {
         parts
             .headers
@@ -314,25 +262,6 @@ fn outbound_request(
     parts.uri = uri;
     parts.version = Version::HTTP_11;
     Request::from_parts(parts, body)
-}
-
-/// Removes hop-by-hop headers, and those `Connection` names; an upgrade keeps its
-/// `Connection: upgrade` and `Upgrade`.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
-        .filter(|t| !(upgrade && t == "upgrade"))
-        .collect();
-    for name in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
-        headers.remove(name);
-    }
-    if !upgrade {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
 }
 
 #[cfg(test)]
