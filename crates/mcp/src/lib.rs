@@ -12,6 +12,7 @@
 
 mod daemon;
 mod error;
+mod files;
 mod limits;
 mod resources;
 mod server;

@@ -17,11 +17,11 @@ use rmcp::model::{
 };
 use serde_json::json;
 
+use crate::daemon::Daemon;
 use crate::daemon::{next_line, sandbox_path};
 use crate::error::{Error, Result};
+use crate::files::{list_dir, read_file, stat};
 use crate::limits::{self, Capped};
-use crate::server::Sandfork;
-use crate::tools::{list_dir, read_file};
 
 pub const SCHEME: &str = "sandfork://";
 pub const FILES_TEMPLATE: &str = "sandfork://sandboxes/{id}/files/{path}";
@@ -127,9 +127,8 @@ pub fn templates() -> ListResourceTemplatesResult {
 }
 
 /// The log of every live sandbox (at most 100) and its root directory.
-pub async fn list(server: &Sandfork) -> Result<ListResourcesResult> {
-    let list: SandboxList = server
-        .daemon
+pub async fn list(daemon: &Daemon) -> Result<ListResourcesResult> {
+    let list: SandboxList = daemon
         .json(Method::GET, "/v1/sandboxes", None::<&()>)
         .await?;
     let mut resources = Vec::new();
@@ -149,23 +148,23 @@ pub async fn list(server: &Sandfork) -> Result<ListResourcesResult> {
     Ok(ListResourcesResult::with_all_items(resources).with_ttl_ms(0))
 }
 
-pub async fn read(server: &Sandfork, uri: &str) -> Result<ReadResourceResult> {
+pub async fn read(daemon: &Daemon, uri: &str) -> Result<ReadResourceResult> {
     let contents = match Target::parse(uri)? {
-        Target::File { sandbox, path } => read_path(server, uri, &sandbox, &path).await?,
-        Target::Logs { sandbox } => read_logs(server, uri, &sandbox).await?,
+        Target::File { sandbox, path } => read_path(daemon, uri, &sandbox, &path).await?,
+        Target::Logs { sandbox } => read_logs(daemon, uri, &sandbox).await?,
     };
     Ok(ReadResourceResult::new(vec![contents]).with_ttl_ms(0))
 }
 
 async fn read_path(
-    server: &Sandfork,
+    daemon: &Daemon,
     uri: &str,
     sandbox: &str,
     path: &str,
 ) -> Result<ResourceContents> {
-    let entry = crate::tools::stat(server, sandbox, path).await?;
+    let entry = stat(daemon, sandbox, path).await?;
     if entry.kind == "dir" {
-        let entries = list_dir(server, sandbox, path).await?;
+        let entries = list_dir(daemon, sandbox, path).await?;
         let total = entries.len();
         let shown: Vec<_> = entries
             .iter()
@@ -184,7 +183,7 @@ async fn read_path(
         }
         return Ok(ResourceContents::text(v.to_string(), uri).with_mime_type("application/json"));
     }
-    let file = read_file(server, sandbox, path, limits::DEFAULT_READ_BYTES).await?;
+    let file = read_file(daemon, sandbox, path, limits::DEFAULT_READ_BYTES).await?;
     let (kept, total, truncated) = (
         file.data.kept_len(),
         file.data.total(),
@@ -214,13 +213,13 @@ async fn read_path(
     })
 }
 
-async fn read_logs(server: &Sandfork, uri: &str, sandbox: &str) -> Result<ResourceContents> {
+async fn read_logs(daemon: &Daemon, uri: &str, sandbox: &str) -> Result<ResourceContents> {
     let path = format!(
         "{}?tail={}",
         sandbox_path(sandbox, "/logs")?,
         limits::LOG_TAIL_LINES
     );
-    let mut lines = server.daemon.lines(Method::GET, &path, None).await?;
+    let mut lines = daemon.lines(Method::GET, &path, None).await?;
     let mut text = Capped::new(limits::DEFAULT_READ_BYTES);
     let mut count = 0usize;
     while let Some(line) = next_line(&mut lines).await? {

@@ -53,7 +53,7 @@ impl ServerHandler for Sandfork {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        resources::list(self).await.map_err(Into::into)
+        resources::list(&self.daemon).await.map_err(Into::into)
     }
 
     async fn list_resource_templates(
@@ -69,7 +69,7 @@ impl ServerHandler for Sandfork {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        resources::read(self, &request.uri)
+        resources::read(&self.daemon, &request.uri)
             .await
             .map(Into::into)
             .map_err(Into::into)

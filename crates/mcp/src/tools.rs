@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use api_types::{
-    CheckpointRequest, CreateSandbox, ExecRequest, FileEntry, FileList, ForkRequest, ForkResult,
+    CheckpointRequest, CreateSandbox, ExecRequest, FileEntry, ForkRequest, ForkResult,
     NetworkModeName, NetworkRequest, PortUrl, PortUrlRequest, Process, Sandbox, SandboxList,
     Snapshot, SnapshotType, SpawnProcess, StdinModeName, StreamEvent,
 };
@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::{next_line, query, sandbox_path, segment};
 use crate::error::{Error, Result};
+use crate::files::{absolute, list_dir, read_file};
 use crate::limits::{self, Capped};
 use crate::server::Sandfork;
 
@@ -602,7 +603,7 @@ impl Sandfork {
             limits::MAX_READ_BYTES,
             "max_bytes",
         )?;
-        let file = read_file(self, &p.sandbox, &p.path, cap).await?;
+        let file = read_file(&self.daemon, &p.sandbox, &p.path, cap).await?;
         let mut v = json!({
             "path": file.entry.path,
             "size": file.entry.size,
@@ -668,7 +669,7 @@ impl Sandfork {
 
     async fn list_dir(&self, p: ListFilesParams) -> Result<Value> {
         let dir = p.path.unwrap_or_else(|| "/".to_string());
-        let entries = list_dir(self, &p.sandbox, &dir).await?;
+        let entries = list_dir(&self.daemon, &p.sandbox, &dir).await?;
         let total = entries.len();
         let shown: Vec<&FileEntry> = entries.iter().take(limits::MAX_LIST_ENTRIES).collect();
         let mut v = json!({"path": dir, "entries": shown, "total": total});
@@ -837,97 +838,6 @@ fn bounded(asked: Option<u64>, default: usize, max: usize, what: &str) -> Result
         Some(n) if n > max as u64 => Err(Error::invalid(format!("{what} is at most {max}"))),
         Some(n) => Ok(n as usize),
     }
-}
-
-/// A path inside a sandbox must be absolute.
-pub(crate) fn absolute(path: &str) -> Result<()> {
-    if !path.starts_with('/') {
-        return Err(Error::invalid(format!(
-            "path {path:?} is not absolute (paths in a sandbox start with /)"
-        )));
-    }
-    Ok(())
-}
-
-/// A file's metadata and its first bytes.
-pub(crate) struct FileRead {
-    pub entry: FileEntry,
-    pub data: Capped,
-}
-
-/// Stats `path`, then reads at most `cap` bytes of it (the rest of the body is left
-/// unread: the connection is dropped).
-pub(crate) async fn read_file(
-    server: &Sandfork,
-    sandbox: &str,
-    path: &str,
-    cap: usize,
-) -> Result<FileRead> {
-    let entry = stat(server, sandbox, path).await?;
-    if entry.kind == "dir" {
-        return Err(Error::invalid(format!(
-            "{path} is a directory: list it with list_files"
-        )));
-    }
-    let resp = server
-        .daemon
-        .get(
-            Method::GET,
-            &format!("{}?path={}", sandbox_path(sandbox, "/files")?, query(path)),
-        )
-        .await?;
-    let mut body = resp.into_body();
-    let mut data = Capped::new(cap);
-    use http_body_util::BodyExt as _;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Error::Unreachable(e.to_string()))?;
-        if let Ok(bytes) = frame.into_data() {
-            data.push(&bytes);
-        }
-        if data.is_full() && data.total() > cap as u64 {
-            break;
-        }
-    }
-    // A body cut short still knows the file's size from its stat.
-    data.set_total(data.total().max(entry.size));
-    Ok(FileRead { entry, data })
-}
-
-pub(crate) async fn stat(server: &Sandfork, sandbox: &str, path: &str) -> Result<FileEntry> {
-    absolute(path)?;
-    server
-        .daemon
-        .json(
-            Method::GET,
-            &format!(
-                "{}?path={}",
-                sandbox_path(sandbox, "/files/stat")?,
-                query(path)
-            ),
-            None::<&()>,
-        )
-        .await
-}
-
-pub(crate) async fn list_dir(
-    server: &Sandfork,
-    sandbox: &str,
-    dir: &str,
-) -> Result<Vec<FileEntry>> {
-    absolute(dir)?;
-    let list: FileList = server
-        .daemon
-        .json(
-            Method::GET,
-            &format!(
-                "{}?path={}",
-                sandbox_path(sandbox, "/files/list")?,
-                query(dir)
-            ),
-            None::<&()>,
-        )
-        .await?;
-    Ok(list.entries)
 }
 
 #[cfg(test)]
