@@ -224,7 +224,56 @@ def sc_ports():
     return obs
 
 
+def sc_overhead():
+    """The layer's cost against sandfork's own SDK on the same daemon, same transport:
+    create → first command, and a 1 MiB file written and read back (medians of 5)."""
+    import statistics
+
+    sys.path.insert(0, os.environ["SANDFORK_SDK_PATH"])
+    import sandfork
+
+    api, key = os.environ["E2B_API_URL"], os.environ["E2B_API_KEY"]
+    blob = os.urandom(1 << 20)
+
+    def native():
+        t0 = time.perf_counter()
+        sb = sandfork.Sandbox.create(image=TEMPLATE, api_url=api, api_key=key, timeout_secs=60)
+        try:
+            check(sb.run("true").exit_code == 0, "native run")
+            t1 = time.perf_counter()
+            sb.write_file("/tmp/blob", blob)
+            check(bytes(sb.read_file("/tmp/blob")) == blob, "native round trip")
+            return t1 - t0, time.perf_counter() - t1
+        finally:
+            sb.terminate()
+
+    def e2b_sdk():
+        t0 = time.perf_counter()
+        sb = Sandbox.create(TEMPLATE, timeout=60)
+        try:
+            check(sb.commands.run("true").exit_code == 0, "e2b run")
+            t1 = time.perf_counter()
+            sb.files.write("/tmp/blob", blob)
+            check(bytes(sb.files.read("/tmp/blob", format="bytes")) == blob, "e2b round trip")
+            return t1 - t0, time.perf_counter() - t1
+        finally:
+            sb.kill()
+
+    native(), e2b_sdk()  # warm both paths up
+    runs = {"native": [], "e2b": []}
+    for _ in range(5):
+        runs["native"].append(native())
+        runs["e2b"].append(e2b_sdk())
+    obs = {}
+    for i, what in enumerate(("create_to_first_exec", "file_1mib_round_trip")):
+        n = statistics.median(r[i] for r in runs["native"])
+        e = statistics.median(r[i] for r in runs["e2b"])
+        obs[what] = {"native_ms": round(n * 1000, 1), "e2b_ms": round(e * 1000, 1), "ratio": round(e / n, 2)}
+    return obs
+
+
 SCENARIOS = {
+    "overhead": sc_overhead,
     "create_options_rest": sc_create_options_rest,
     "files_rest": sc_files_rest,
     "fork_pattern": sc_fork_pattern,

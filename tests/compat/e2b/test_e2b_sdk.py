@@ -89,13 +89,16 @@ def test_js_scenario(e2b_server: E2bServer, sdk_js: str, scenario: str) -> None:
 
 
 CHECKS = ["create_options_rest", "files_rest", "fork_pattern"]
-PY_ONLY_CHECKS = ["ports"]
+PY_ONLY_CHECKS = ["ports", "overhead"]
 
 
 @pytest.mark.parametrize("scenario", CHECKS + PY_ONLY_CHECKS)
 def test_python_sandfork_checks(e2b_server: E2bServer, sdk_python: str, scenario: str) -> None:
-    recs = run_driver(e2b_server, [sdk_python, str(HERE / "sandfork_checks.py")], e2b_server.env(), [scenario])
+    env = dict(e2b_server.env(), SANDFORK_SDK_PATH=str(HERE.parents[2] / "sdk" / "python" / "src"))
+    recs = run_driver(e2b_server, [sdk_python, str(HERE / "sandfork_checks.py")], env, [scenario])
     check(recs[scenario], None)
+    if scenario == "overhead":
+        print("\nE2B layer overhead:", json.dumps(recs[scenario]["observations"]))
     settle(e2b_server, None)
 
 

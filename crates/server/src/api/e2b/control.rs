@@ -147,6 +147,7 @@ async fn create(State(s): State<E2bState>, req: Request) -> Answer {
     let req: NewSandbox = body(&bytes)?;
     let create = to_create(&s, req).await?;
     let v = s.manager.create(create).await?;
+    warm_users(&s, &v.id);
     Ok(created(sandbox_out(&s, &v, domain(&s, &headers))?))
 }
 
@@ -201,6 +202,14 @@ async fn to_create(s: &Shared, req: NewSandbox) -> Result<CreateSandbox, ApiErr>
             .collect(),
         ..Default::default()
     })
+}
+
+/// Reads the new sandbox's accounts ahead of its first envd request.
+fn warm_users(s: &E2bState, id: &str) {
+    let (s, id) = (s.clone(), id.to_string());
+    tokio::spawn(async move {
+        s.users.table(&s.manager, &id).await;
+    });
 }
 
 /// A template: a snapshot id, an image name, or `base` (the default image).
