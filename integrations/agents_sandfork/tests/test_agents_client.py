@@ -217,3 +217,37 @@ async def test_a_sandbox_that_dies_is_a_transport_error_not_a_hang() -> None:
             assert not await session.running()
     finally:
         await client.delete(session)
+
+
+async def test_interactive_processes_for_the_shell_tools() -> None:
+    client = SandforkSandboxClient()
+    session = await client.create(options=SandforkSandboxClientOptions(image="busybox"))
+    try:
+        async with session:
+            assert session.supports_pty()
+            # on a terminal: stdin is written to, output comes back, then it exits
+            first = await session.pty_exec_start("cat", shell=False, tty=True, yield_time_s=0.5)
+            assert first.process_id is not None and first.exit_code is None
+            echoed = await session.pty_write_stdin(session_id=first.process_id, chars="hello pty\n", yield_time_s=5)
+            assert b"hello pty" in echoed.output
+            done = await session.pty_write_stdin(session_id=first.process_id, chars="\x04", yield_time_s=5)
+            assert done.exit_code == 0 and done.process_id is None
+
+            # without a terminal: output as it comes, then the exit code
+            started = await session.pty_exec_start("echo one; sleep 2; echo two; exit 3", yield_time_s=0.5)
+            assert started.process_id is not None and b"one" in started.output
+            rest = await session.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=10)
+            assert b"two" in rest.output and rest.exit_code == 3
+
+            # a process left running is ended when the session closes
+            await session.pty_exec_start("sleep", "600", shell=False, tty=True, yield_time_s=0.3)
+        assert b"sleep 600" not in (await _ps(inner(session)))
+    finally:
+        await client.delete(session)
+
+
+async def _ps(session: SandforkSandboxSession) -> bytes:
+    try:
+        return session.sandbox.run(["ps"]).stdout_bytes
+    except Exception:
+        return b""

@@ -8,7 +8,11 @@ import io
 import json
 import logging
 import shlex
+import threading
+import time
 import uuid
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, TypeVar, Union
 
@@ -27,6 +31,15 @@ from agents.sandbox.session import SandboxSession, SandboxSessionState
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.manager import Instrumentation
+from agents.sandbox.session.pty_output import collect_pty_output
+from agents.sandbox.session.pty_types import (
+    PTY_PROCESSES_MAX,
+    PtyExecUpdate,
+    allocate_pty_process_id,
+    clamp_pty_yield_time_ms,
+    process_id_to_prune_from_meta,
+    resolve_pty_write_yield_time_ms,
+)
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER, RuntimeHelperScript
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.tar_workspace import shell_tar_exclude_args
@@ -141,6 +154,23 @@ def _delete_snapshot(client: Client, snapshot_id: str) -> None:
         pass
 
 
+@dataclass
+class _PtyEntry:
+    """A process started by ``pty_exec_start``: on a terminal of its own (``tty``), or a
+    background process whose stdout and stderr are followed (no stdin)."""
+
+    tty: bool
+    pid: int = 0
+    term: Any = None
+    chunks: "deque[bytes]" = field(default_factory=deque)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    notify: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    exit_code: Optional[int] = None
+    last_used: float = field(default_factory=time.monotonic)
+    deadline: Optional[asyncio.TimerHandle] = None
+
+
 class SandforkSandboxSession(BaseSandboxSession):
     """A session in one sandfork sandbox (``self.sandbox``)."""
 
@@ -151,6 +181,9 @@ class SandforkSandboxSession(BaseSandboxSession):
         self.sandbox = sandbox
         self._client = client
         self._workspace_root_ready = state.workspace_root_ready
+        self._pty_lock = asyncio.Lock()
+        self._pty_processes: Dict[int, _PtyEntry] = {}
+        self._pty_ids: set = set()
 
     @property
     def sandbox_id(self) -> str:
@@ -239,6 +272,132 @@ class SandforkSandboxSession(BaseSandboxSession):
             raise ExecTimeoutError(command=command, timeout_s=timeout)
         exit_code = 128 + result.signal if result.signal else result.exit_code
         return ExecResult(stdout=result.stdout_bytes, stderr=result.stderr_bytes, exit_code=exit_code)
+
+    # --- interactive processes (the SDK's exec_command / write_stdin tools) -------------------
+
+    def supports_pty(self) -> bool:
+        return True
+
+    async def pty_exec_start(
+        self,
+        *command: Union[str, Path],
+        timeout: Optional[float] = None,
+        shell: Union[bool, List[str]] = True,
+        user: Union[str, User, None] = None,
+        tty: bool = False,
+        yield_time_s: Optional[float] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> PtyExecUpdate:
+        argv = self._prepare_exec_command(*command, shell=shell, user=None)
+        user_name = user.name if isinstance(user, User) else user
+        cwd = self.state.manifest.root if self._workspace_root_ready else None
+        env = await self._resolved_env()
+        loop = asyncio.get_running_loop()
+        entry = _PtyEntry(tty=tty)
+
+        def deliver(chunk: bytes) -> None:
+            loop.call_soon_threadsafe(_append, entry, bytes(chunk))
+
+        def finish(code: Optional[int]) -> None:
+            loop.call_soon_threadsafe(_close, entry, code)
+
+        try:
+            if tty:
+                entry.term = await _io(
+                    self.sandbox.pty.create, argv[0], argv[1:], env=env or None, working_dir=cwd, user=user_name,
+                    on_data=deliver, on_exit=finish,
+                )  # fmt: skip
+                entry.pid = entry.term.pid
+            else:
+                process = await _io(self.sandbox.start_process, argv[0], argv[1:], env or None, cwd, user=user_name)
+                entry.pid = process.pid
+                threading.Thread(target=_follow, args=(self.sandbox, entry.pid, deliver, finish), daemon=True).start()
+        except sf_errors.BadRequestError as e:
+            raise ExecTransportError(command=command, cause=e, message=f"the command could not start: {e}") from e
+        except _UNAVAILABLE as e:
+            raise ExecTransportError(command=command, cause=e, message=f"the sandfork sandbox {self.sandbox.id} cannot run commands: {e}") from e
+        if timeout is not None:
+            entry.deadline = loop.call_later(max(timeout, 0.0), lambda: loop.create_task(self._kill(entry)))
+        async with self._pty_lock:
+            process_id = allocate_pty_process_id(self._pty_ids)
+            self._pty_ids.add(process_id)
+            pruned = self._prune_pty()
+            self._pty_processes[process_id] = entry
+        if pruned is not None:
+            await self._kill(pruned)
+        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._pty_update(process_id, entry, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: Optional[float] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> PtyExecUpdate:
+        async with self._pty_lock:
+            entry = self._resolve_pty_session_entry(pty_processes=self._pty_processes, session_id=session_id)
+        if chars:
+            if not entry.tty:
+                raise RuntimeError("stdin is not available for this process (start it with tty=True)")
+            await _io(entry.term.send, chars.encode("utf-8"))
+            await asyncio.sleep(0.1)
+        entry.last_used = time.monotonic()
+        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
+        wait_ms = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=chars == "")
+        return await self._pty_update(session_id, entry, wait_ms, max_output_tokens)
+
+    async def pty_terminate_all(self) -> None:
+        async with self._pty_lock:
+            entries = list(self._pty_processes.values())
+            self._pty_processes.clear()
+            self._pty_ids.clear()
+        for entry in entries:
+            await self._kill(entry)
+
+    async def _pty_update(self, process_id: int, entry: _PtyEntry, yield_time_ms: int, max_output_tokens: Optional[int]) -> PtyExecUpdate:
+        output, original_token_count, output_closed = await collect_pty_output(
+            output_chunks=entry.chunks,
+            output_lock=entry.lock,
+            output_notify=entry.notify,
+            is_done=entry.closed.is_set,
+            yield_time_ms=yield_time_ms,
+            max_output_tokens=max_output_tokens,
+        )
+        exit_code = entry.exit_code if output_closed else None
+        live: Optional[int] = process_id
+        if output_closed:
+            async with self._pty_lock:
+                self._pty_processes.pop(process_id, None)
+                self._pty_ids.discard(process_id)
+            await self._kill(entry)
+            live = None
+        return PtyExecUpdate(process_id=live, output=output, exit_code=exit_code, original_token_count=original_token_count)
+
+    def _prune_pty(self) -> Optional[_PtyEntry]:
+        if len(self._pty_processes) < PTY_PROCESSES_MAX:
+            return None
+        meta = [(pid, e.last_used, e.closed.is_set()) for pid, e in self._pty_processes.items()]
+        victim = process_id_to_prune_from_meta(meta)
+        if victim is None:
+            return None
+        self._pty_ids.discard(victim)
+        return self._pty_processes.pop(victim, None)
+
+    async def _kill(self, entry: _PtyEntry) -> None:
+        """Ends the process (if it still runs) and detaches from its terminal."""
+        if entry.deadline is not None:
+            entry.deadline.cancel()
+            entry.deadline = None
+        if not entry.closed.is_set() and entry.pid:
+            try:
+                await _io(self.sandbox.kill_process, entry.pid)
+            except sf_errors.SandboxError:
+                pass
+        if entry.term is not None:
+            term, entry.term = entry.term, None
+            await _io(term.close)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         raise ExposedPortUnavailableError(
@@ -502,6 +661,35 @@ class SandforkSandboxClient(BaseSandboxClient[SandforkSandboxClientOptions]):
 
     def deserialize_session_state(self, payload: Dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, SandforkSandboxSessionState)
+
+
+def _append(entry: _PtyEntry, chunk: bytes) -> None:
+    if chunk:
+        entry.chunks.append(chunk)
+        entry.notify.set()
+
+
+def _close(entry: _PtyEntry, code: Optional[int]) -> None:
+    if entry.closed.is_set():
+        return
+    entry.exit_code = code
+    entry.closed.set()
+    entry.notify.set()
+
+
+def _follow(sb: Sandbox, pid: int, deliver: Callable[[bytes], None], finish: Callable[[Optional[int]], None]) -> None:
+    """Streams a background process's stdout and stderr until it exits (on its own thread)."""
+    code: Optional[int] = None
+    try:
+        stream = sb.iter_output(pid)
+        for event in stream:
+            deliver(event.raw or event.data.encode("utf-8"))
+        result = stream.result
+        code = 128 + result.signal if result.signal else result.exit_code
+    except sf_errors.SandboxError as e:
+        deliver(f"\n[the sandfork sandbox stopped following the process: {e}]\n".encode())
+    finally:
+        finish(code)
 
 
 def _inner(session: Union[SandboxSession, BaseSandboxSession]) -> SandforkSandboxSession:
