@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""The overhead of the compatibility layers, in one run against one daemon: the same work
+done through sandfork's own Python SDK (the baseline), the real Tensorlake Python SDK
+(0.5.161) and the real E2B Python SDK (2.63.0), each unmodified:
+
+  - create → first exec: a sandbox of the same image (python, no internet access) until
+    its first command (``true``) has answered; the sandbox is terminated untimed;
+  - a 1 MB file round trip: 1 MiB of fresh random bytes written into a running sandbox
+    and read back (the bytes compared), over one sandbox per SDK.
+
+Each is repeated ``--runs`` times in rounds (every SDK once per round, in turn, after one
+warm-up round that is not counted); the medians and each layer's ratio to the native
+median are printed as a table, as JSON lines for bench/report.py, and as JSON (``--json``).
+
+Isolation. The Tensorlake SDK calls its vendor's cloud for any API host but localhost, so
+no SDK process runs in the machine's own network namespace: a holder process
+(``unshare -n``) owns a namespace whose only interface is loopback, the daemon is started
+inside it listening on 127.0.0.1 there, and the three SDK clients (long-lived worker
+processes, one per SDK, driven over their stdin) join it. The bench process itself stays
+outside and reaches the daemon over its Unix socket only to check health and clean up.
+
+The SDKs are found in the compat venvs of tests/compat (``$SANDFORK_COMPAT_DIR``, default
+/var/cache/sandfork/compat; ``make test-python`` installs them). The daemon is the release
+build at ``$CARGO_TARGET_DIR/release/sandfork`` when there is one, else the debug build
+(``$SANDFORK_BIN`` overrides). Run as root: ``make bench-compat``.
+
+    python3 bench/compat.py [--runs N] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent
+COMPAT_DIR = Path(os.environ.get("SANDFORK_COMPAT_DIR", "/var/cache/sandfork/compat"))
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR") or "/var/cache/sandfork/ci-target")
+PORT = 7070  # in the bench's own network namespace, so never taken
+IMAGE = "python"  # E2B's SDK runs every command with /bin/bash -l -c: busybox has no bash
+PYTHON_OCI = Path(os.environ.get("SANDFORK_CACHE") or "/var/cache/sandfork") / "images" / "python-oci"
+FILE_BYTES = 1 << 20
+FILE_PATH = "/tmp/compat-roundtrip.bin"
+
+LAYERS = {
+    # name: (python, package whose version is checked, version)
+    "sandfork": (sys.executable, None, None),
+    "tensorlake": (str(COMPAT_DIR / "tensorlake-py" / "bin" / "python"), "tensorlake", "0.5.161"),
+    "e2b": (str(COMPAT_DIR / "e2b-py" / "bin" / "python"), "e2b", "2.63.0"),
+}
+LABELS = {
+    "sandfork": "sandfork Python SDK",
+    "tensorlake": "Tensorlake Python SDK 0.5.161",
+    "e2b": "E2B Python SDK 2.63.0",
+}
+
+
+# --- the workers: one per SDK, inside the namespace, driven over stdin -----------------
+
+
+class Native:
+    def __init__(self) -> None:
+        sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
+        from sandfork import Sandbox
+
+        self.Sandbox = Sandbox
+
+    def create(self):
+        return self.Sandbox.create(image=IMAGE, allow_internet_access=False)
+
+    def exec_true(self, sb) -> None:
+        r = sb.run("true")
+        assert r.exit_code == 0, r
+
+    def write(self, sb, data: bytes) -> None:
+        sb.write_file(FILE_PATH, data)
+
+    def read(self, sb) -> bytes:
+        return bytes(sb.read_file(FILE_PATH))
+
+    def kill(self, sb) -> None:
+        sb.terminate()
+
+
+class Tensorlake:
+    def __init__(self) -> None:
+        import warnings
+
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from tensorlake.sandbox import Sandbox
+
+        self.Sandbox = Sandbox
+
+    def create(self):
+        return self.Sandbox.create(image=IMAGE, allow_internet_access=False)
+
+    def exec_true(self, sb) -> None:
+        r = sb.run("true")
+        r = getattr(r, "value", r)
+        assert r.exit_code == 0, r
+
+    def write(self, sb, data: bytes) -> None:
+        sb.write_file(FILE_PATH, data)
+
+    def read(self, sb) -> bytes:
+        got = sb.read_file(FILE_PATH)
+        return bytes(getattr(got, "value", got))
+
+    def kill(self, sb) -> None:
+        sb.terminate()
+
+
+class E2b:
+    def __init__(self) -> None:
+        from e2b import Sandbox
+
+        self.Sandbox = Sandbox
+
+    def create(self):
+        return self.Sandbox.create(IMAGE, timeout=600, allow_internet_access=False)
+
+    def exec_true(self, sb) -> None:
+        r = sb.commands.run("true")
+        assert r.exit_code == 0, r
+
+    def write(self, sb, data: bytes) -> None:
+        sb.files.write(FILE_PATH, data)
+
+    def read(self, sb) -> bytes:
+        return bytes(sb.files.read(FILE_PATH, format="bytes"))
+
+    def kill(self, sb) -> None:
+        sb.kill()
+
+
+def worker(layer: str) -> None:
+    """Answers ``create``, ``file`` and ``quit`` lines with one JSON line each."""
+    sdk = {"sandfork": Native, "tensorlake": Tensorlake, "e2b": E2b}[layer]()
+    reply = lambda **kv: print(json.dumps(kv), flush=True)  # noqa: E731
+    held = None  # the sandbox of the file round trips
+    reply(ready=True)
+    for line in sys.stdin:
+        cmd = line.strip()
+        try:
+            if cmd == "create":
+                t0 = time.monotonic()
+                sb = sdk.create()
+                t1 = time.monotonic()
+                sdk.exec_true(sb)
+                t2 = time.monotonic()
+                sdk.kill(sb)
+                reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000)
+            elif cmd == "file":
+                if held is None:
+                    held = sdk.create()
+                data = os.urandom(FILE_BYTES)
+                t0 = time.monotonic()
+                sdk.write(held, data)
+                t1 = time.monotonic()
+                back = sdk.read(held)
+                t2 = time.monotonic()
+                if back != data:
+                    raise RuntimeError(f"read back {len(back)} bytes that differ from the {len(data)} written")
+                reply(ms=(t2 - t0) * 1000, write_ms=(t1 - t0) * 1000, read_ms=(t2 - t1) * 1000)
+            elif cmd == "quit":
+                break
+        except Exception as e:  # noqa: BLE001
+            reply(error=f"{type(e).__name__}: {e}")
+    if held is not None:
+        sdk.kill(held)
+    reply(done=True)
+
+
+# --- the bench: namespace, daemon, workers ---------------------------------------------
+
+
+def daemon_binary() -> Path:
+    if os.environ.get("SANDFORK_BIN"):
+        return Path(os.environ["SANDFORK_BIN"])
+    for profile in ("release", "debug"):
+        p = TARGET / profile / "sandfork"
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    sys.exit(f"compat.py: no daemon at {TARGET}/release/sandfork or {TARGET}/debug/sandfork (make build-release)")
+
+
+def check_sdks() -> None:
+    for layer, (python, package, version) in LAYERS.items():
+        if package is None:
+            continue
+        probe = [python, "-c", f"import importlib.metadata as m; print(m.version({package!r}))"]
+        try:
+            got = subprocess.run(probe, capture_output=True, text=True, timeout=60).stdout.strip()
+        except OSError:
+            got = ""
+        if got != version:
+            sys.exit(f"compat.py: the {package} Python SDK {version} is not in {python} "
+                     f"(found {got or 'nothing'}); `make test-python` installs the compat SDKs")
+
+
+class Namespace:
+    """A network namespace with loopback alone, held open by a sleeping process."""
+
+    def __init__(self) -> None:
+        self.holder = subprocess.Popen(
+            ["unshare", "-n", "--", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        line = self.holder.stdout.readline().strip() if self.holder.stdout else ""
+        if line != "up":
+            self.close()
+            sys.exit(f"compat.py: could not make a loopback-only network namespace (root is needed): {line}")
+        out = subprocess.run([*self.enter(), "ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        links = [l.split(":")[1].strip() for l in out.splitlines() if ":" in l]
+        if links != ["lo"]:
+            self.close()
+            sys.exit(f"compat.py: the namespace has more than loopback: {links}")
+
+    def enter(self) -> List[str]:
+        return ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "--"]
+
+    def close(self) -> None:
+        if self.holder.poll() is None:
+            self.holder.send_signal(signal.SIGKILL)
+        self.holder.wait()
+
+
+def closed_proxy_env() -> Dict[str, str]:
+    # Nothing can leave the namespace anyway; a closed local proxy makes any call fail at once.
+    closed = "http://127.0.0.1:9"
+    env = {k: closed for k in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY", "all_proxy")}
+    env.update(NO_PROXY="", no_proxy="")
+    return env
+
+
+def start_daemon(ns: Namespace, binary: Path, root: Path, token: str):
+    sys.path[:0] = [str(REPO / "sdk" / "python" / "src"), str(REPO / "sdk" / "python" / "tests")]
+    from _daemon import Daemon
+
+    data_dir, sock, log = root / "data", root / "s.sock", root / "daemon.log"
+    data_dir.mkdir(exist_ok=True)
+    (root / "token").write_text(token)
+    (root / "token").chmod(0o600)
+    (root / "config.toml").write_text('dns_upstreams = ["127.0.0.1:9"]\n')
+    args = [
+        "serve", "--config", str(root / "config.toml"), "--data-dir", str(data_dir), "--socket", str(sock),
+        "--listen", f"127.0.0.1:{PORT}", "--token-file", str(root / "token"),
+        "--default-image", IMAGE, "--max-sandboxes", "16",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.setdefault("RUST_LOG", "info")
+    env.update(closed_proxy_env())
+    with open(log, "ab") as out:
+        process = subprocess.Popen([*ns.enter(), str(binary), *args], stdout=out, stderr=subprocess.STDOUT,
+                                   env=env, start_new_session=True)
+    return Daemon(f"unix://{sock}", root, data_dir, sock, log, process, token=None)
+
+
+def import_image(d) -> None:
+    """The python image, from the OCI layout the image tests cache (built offline there)."""
+    from sandfork import Client, Image
+
+    if not (PYTHON_OCI / "index.json").is_file():
+        sys.exit(f"compat.py: no python image at {PYTHON_OCI} (the E2B suite, `make test-python`, caches it)")
+    Image.import_(PYTHON_OCI, IMAGE, client=Client(url=d.url))
+
+
+class Worker:
+    def __init__(self, ns: Namespace, layer: str, token: str, log: Path) -> None:
+        self.layer = layer
+        api = f"http://localhost:{PORT}"
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "SANDFORK_URL": f"http://127.0.0.1:{PORT}",
+            "SANDFORK_TOKEN": token,
+            "TENSORLAKE_API_URL": api,
+            "TENSORLAKE_API_KEY": token,
+            "E2B_API_URL": f"http://127.0.0.1:{PORT}",
+            "E2B_SANDBOX_URL": f"http://127.0.0.1:{PORT}",
+            "E2B_API_KEY": token,
+        }
+        self.stderr = open(log, "ab")
+        self.p = subprocess.Popen([*ns.enter(), LAYERS[layer][0], str(HERE), "--worker", layer], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd="/")
+        self.ask(None)
+
+    def ask(self, cmd: Optional[str]) -> dict:
+        if cmd is not None:
+            self.p.stdin.write(cmd + "\n")
+            self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.layer} worker exited ({self.p.poll()}); see its log")
+        got = json.loads(line)
+        if "error" in got:
+            raise RuntimeError(f"{self.layer} {cmd}: {got['error']}")
+        return got
+
+    def close(self) -> None:
+        if self.p.poll() is None:
+            try:
+                self.ask("quit")
+            except (RuntimeError, OSError, ValueError):
+                pass
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.stderr.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--json", type=Path, help="write the results here as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the daemon's directory (log) afterwards")
+    ap.add_argument("--worker", choices=list(LAYERS), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.worker)
+        return
+    if os.geteuid() != 0:
+        sys.exit("compat.py: run as root (the SDKs run in a network namespace of their own)")
+    for tool in ("unshare", "nsenter", "ip"):
+        if shutil.which(tool) is None:
+            sys.exit(f"compat.py: needs {tool} (util-linux, iproute2)")
+    check_sdks()
+    binary = daemon_binary()
+    root = Path(tempfile.mkdtemp(prefix="sfcompat-"))
+    token = secrets.token_hex(16)
+    ns = Namespace()
+    d = None
+    workers: Dict[str, Worker] = {}
+    results: Dict[str, Dict[str, List[dict]]] = {k: {"create": [], "file": []} for k in LAYERS}
+    problems: List[str] = []
+    try:
+        from_ = time.monotonic()
+        d = start_daemon(ns, binary, root, token)
+        from _daemon import wait_healthy
+
+        wait_healthy(d)
+        import_image(d)
+        for layer in LAYERS:
+            workers[layer] = Worker(ns, layer, token, root / f"worker-{layer}.log")
+        # Warm-up round: imports, connections, the image's first use; not counted.
+        for w in workers.values():
+            w.ask("create")
+            w.ask("file")
+        for i in range(a.runs):
+            order = list(workers.values())
+            order = order[i % len(order):] + order[:i % len(order)]  # who goes first rotates
+            for what in ("create", "file"):
+                for w in order:
+                    results[w.layer][what].append(w.ask(what))
+        print(f"compat.py: {a.runs} rounds in {time.monotonic() - from_:.0f} s with {binary}", file=sys.stderr)
+    finally:
+        for w in workers.values():
+            w.close()
+        if d is not None:
+            from _daemon import tear_down
+
+            if a.keep:
+                os.environ["SANDFORK_TEST_KEEP"] = "1"
+            problems = tear_down(d)
+        ns.close()
+        if d is None or not a.keep and not problems:
+            shutil.rmtree(root, ignore_errors=True)
+    if problems:
+        sys.exit("compat.py: the daemon left behind:\n" + "\n".join(problems))
+    report(results, a, binary)
+
+
+def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, binary: Path) -> None:
+    med = statistics.median
+    names = {"create": "create → first exec (`true`)", "file": "1 MB file round trip (write, read back, compared)"}
+    parts = {"create": ("create_ms", "exec_ms"), "file": ("write_ms", "read_ms")}
+    out = {"runs": a.runs, "daemon": str(binary), "image": IMAGE, "file_bytes": FILE_BYTES, "results": []}
+    for what in ("create", "file"):
+        base = med(r["ms"] for r in results["sandfork"][what])
+        for layer in LAYERS:
+            rs = results[layer][what]
+            value = med(r["ms"] for r in rs)
+            row = {"suite": "compat", "name": f"{names[what]}, {LABELS[layer]}", "value": round(value, 2), "unit": "ms",
+                   "baseline": round(base, 2), "baseline_name": "sandfork Python SDK, same run",
+                   "ratio": round(value / base, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
+                   "runs": len(rs), "layer": layer, "op": what,
+                   **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
+            out["results"].append(row)
+            print(json.dumps(row), flush=True)
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=2) + "\n")
+    print(file=sys.stderr)
+    print(f"{'':82} {'median':>9} {'ratio':>6}   parts (medians)", file=sys.stderr)
+    for row in out["results"]:
+        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts[row["op"]])
+        print(f"{row['name']:82} {row['value']:7.1f} ms {row['ratio']:5.2f}×   {ps}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
