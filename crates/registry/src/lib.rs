@@ -548,6 +548,63 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Entry points of crates/registry/fuzz: what a pull takes from a registry's manifest or
+/// index and from its token challenge, without the network.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+    pub use crate::guard::bearer_challenge;
+
+    /// What a pull does next with a manifest body.
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum Plan {
+        /// An image manifest: the config blob and the layer blobs it fetches, with their
+        /// declared sizes.
+        Image {
+            config: (Digest, u64),
+            layers: Vec<(Digest, u64)>,
+        },
+        /// An index: the manifest it fetches next (the host's platform), or `None` with
+        /// the platforms it offers instead.
+        Index {
+            next: Option<Digest>,
+            offered: String,
+        },
+    }
+
+    /// A manifest or index body, checked as [`Puller::pull`] checks it.
+    pub fn manifest(body: &[u8]) -> std::result::Result<Plan, String> {
+        let err = |e: PullError| e.to_string();
+        match fetch::parse_manifest(body)? {
+            fetch::Manifest::Image(m) => {
+                let config = Digest::parse(&m.config.digest).map_err(err)?;
+                let config_size = declared_size(&config, m.config.size).map_err(err)?;
+                let mut layers = Vec::new();
+                for layer in &m.layers {
+                    if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
+                        return Err(format!("layer media type {:?}", layer.media_type));
+                    }
+                    let d = Digest::parse(&layer.digest).map_err(err)?;
+                    let size = declared_size(&d, layer.size).map_err(err)?;
+                    layers.push((d, size));
+                }
+                Ok(Plan::Image {
+                    config: (config, config_size),
+                    layers,
+                })
+            }
+            fetch::Manifest::Index(index) => Ok(Plan::Index {
+                next: host_platform(&index.manifests)
+                    .map(|d| Digest::parse(&d))
+                    .transpose()
+                    .map_err(err)?,
+                offered: offered(&index.manifests),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
