@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat
 
 setup:
 	@scripts/setup
@@ -112,6 +112,14 @@ bench-surface: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  scripts/with-daemon python3 bench/surface.py | tee $$out && \
 	  python3 bench/report.py "agents' surface" "make bench-surface" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# The Tensorlake and E2B layers against sandfork's own SDK, one daemon (the SDKs from the
+# compat suites' venvs, all in a network namespace with loopback alone).
+bench-compat: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/compat.py $(if $(RUNS),--runs $(RUNS)) | tee $$out && \
+	  python3 bench/report.py "Compatibility layers" "make bench-compat$(if $(RUNS), RUNS=$(RUNS))" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 bench-workloads: build-release

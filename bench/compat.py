@@ -143,6 +143,17 @@ class E2b:
         sb.kill()
 
 
+def daemon_cpu_ms() -> float:
+    """CPU time the daemon's threads have had so far (their schedstat), in ms."""
+    total = 0
+    for task in Path(f"/proc/{os.environ['COMPAT_DAEMON_PID']}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e6
+
+
 def worker(layer: str) -> None:
     """Answers ``create``, ``file`` and ``quit`` lines with one JSON line each."""
     sdk = {"sandfork": Native, "tensorlake": Tensorlake, "e2b": E2b}[layer]()
@@ -153,25 +164,27 @@ def worker(layer: str) -> None:
         cmd = line.strip()
         try:
             if cmd == "create":
-                t0 = time.monotonic()
+                c0, d0, t0 = time.process_time(), daemon_cpu_ms(), time.monotonic()
                 sb = sdk.create()
                 t1 = time.monotonic()
                 sdk.exec_true(sb)
-                t2 = time.monotonic()
+                t2, c2, d2 = time.monotonic(), time.process_time(), daemon_cpu_ms()
                 sdk.kill(sb)
-                reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000)
+                reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000,
+                      client_cpu_ms=(c2 - c0) * 1000, daemon_cpu_ms=d2 - d0)
             elif cmd == "file":
                 if held is None:
                     held = sdk.create()
                 data = os.urandom(FILE_BYTES)
-                t0 = time.monotonic()
+                c0, d0, t0 = time.process_time(), daemon_cpu_ms(), time.monotonic()
                 sdk.write(held, data)
                 t1 = time.monotonic()
                 back = sdk.read(held)
-                t2 = time.monotonic()
+                t2, c2, d2 = time.monotonic(), time.process_time(), daemon_cpu_ms()
                 if back != data:
                     raise RuntimeError(f"read back {len(back)} bytes that differ from the {len(data)} written")
-                reply(ms=(t2 - t0) * 1000, write_ms=(t1 - t0) * 1000, read_ms=(t2 - t1) * 1000)
+                reply(ms=(t2 - t0) * 1000, write_ms=(t1 - t0) * 1000, read_ms=(t2 - t1) * 1000,
+                      client_cpu_ms=(c2 - c0) * 1000, daemon_cpu_ms=d2 - d0)
             elif cmd == "quit":
                 break
         except Exception as e:  # noqa: BLE001
@@ -276,7 +289,7 @@ def import_image(d) -> None:
 
 
 class Worker:
-    def __init__(self, ns: Namespace, layer: str, token: str, log: Path) -> None:
+    def __init__(self, ns: Namespace, layer: str, token: str, log: Path, daemon_pid: int) -> None:
         self.layer = layer
         api = f"http://localhost:{PORT}"
         env = {
@@ -291,6 +304,7 @@ class Worker:
             "E2B_API_URL": f"http://127.0.0.1:{PORT}",
             "E2B_SANDBOX_URL": f"http://127.0.0.1:{PORT}",
             "E2B_API_KEY": token,
+            "COMPAT_DAEMON_PID": str(daemon_pid),
         }
         self.stderr = open(log, "ab")
         self.p = subprocess.Popen([*ns.enter(), LAYERS[layer][0], str(HERE), "--worker", layer], env=env,
@@ -355,7 +369,7 @@ def main() -> None:
         wait_healthy(d)
         import_image(d)
         for layer in LAYERS:
-            workers[layer] = Worker(ns, layer, token, root / f"worker-{layer}.log")
+            workers[layer] = Worker(ns, layer, token, root / f"worker-{layer}.log", d.process.pid)
         # Warm-up round: imports, connections, the image's first use; not counted.
         for w in workers.values():
             w.ask("create")
@@ -387,7 +401,8 @@ def main() -> None:
 def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, binary: Path) -> None:
     med = statistics.median
     names = {"create": "create → first exec (`true`)", "file": "1 MB file round trip (write, read back, compared)"}
-    parts = {"create": ("create_ms", "exec_ms"), "file": ("write_ms", "read_ms")}
+    parts = {"create": ("create_ms", "exec_ms", "client_cpu_ms", "daemon_cpu_ms"),
+             "file": ("write_ms", "read_ms", "client_cpu_ms", "daemon_cpu_ms")}
     out = {"runs": a.runs, "daemon": str(binary), "image": IMAGE, "file_bytes": FILE_BYTES, "results": []}
     for what in ("create", "file"):
         base = med(r["ms"] for r in results["sandfork"][what])
