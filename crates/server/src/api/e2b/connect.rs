@@ -61,7 +61,8 @@ impl Frames {
         if self.buf.len() < 5 + len {
             return Ok(None);
         }
-        let payload: Vec<u8> = self.buf.drain(..5 + len).skip(5).collect();
+        let rest = self.buf.split_off(5 + len);
+        let payload = std::mem::replace(&mut self.buf, rest).split_off(5);
         let json = if payload.is_empty() {
             Value::Object(Default::default())
         } else {

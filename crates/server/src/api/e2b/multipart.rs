@@ -131,8 +131,26 @@ pub fn boundary(content_type: &str) -> Option<String> {
     })
 }
 
+/// Where `needle` first occurs in `hay`: candidates by its first byte, then compared
+/// whole (uploads are scanned byte by byte, so this is the hot loop of a multipart body).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    let (first, rest) = needle.split_first()?;
+    let last_start = hay.len().checked_sub(needle.len())?;
+    let mut from = 0;
+    while from <= last_start {
+        let i = from + hay[from..=last_start].iter().position(|b| b == first)?;
+        if &hay[i + 1..i + needle.len()] == rest {
+            return Some(i);
+        }
+        from = i + 1;
+    }
+    None
+}
+
+/// The first `n` bytes of `buf`, taken out of it (no byte-by-byte copy).
+fn take_front(buf: &mut Vec<u8>, n: usize) -> Vec<u8> {
+    let rest = buf.split_off(n);
+    std::mem::replace(buf, rest)
 }
 
 impl<S: Source + Send> Multipart<S> {
@@ -192,7 +210,7 @@ impl<S: Source + Send> Multipart<S> {
         }
         loop {
             if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                let head: Vec<u8> = self.buf.drain(..i + 4).collect();
+                let head = take_front(&mut self.buf, i + 4);
                 self.at = At::Body;
                 return Ok(Some(parse_head(&String::from_utf8_lossy(&head))));
             }
@@ -212,7 +230,7 @@ impl<S: Source + Send> Source for Multipart<S> {
         }
         loop {
             if let Some(i) = find(&self.buf, &self.delim) {
-                let data: Vec<u8> = self.buf.drain(..i).collect();
+                let data = take_front(&mut self.buf, i);
                 self.buf.drain(..self.delim.len());
                 self.at = At::Delimiter;
                 if data.is_empty() {
@@ -222,8 +240,7 @@ impl<S: Source + Send> Source for Multipart<S> {
             }
             if self.buf.len() > self.delim.len() {
                 let n = self.buf.len() - self.delim.len();
-                let data: Vec<u8> = self.buf.drain(..n).collect();
-                return Ok(Some(Bytes::from(data)));
+                return Ok(Some(Bytes::from(take_front(&mut self.buf, n))));
             }
             self.fill().await?;
         }
@@ -351,6 +368,17 @@ mod tests {
         assert!(parts(b"no delimiter at all", 4).await.is_err());
         let long_head = [b"--XyZ\r\n".to_vec(), vec![b'a'; MAX_HEAD + 10]].concat();
         assert!(parts(&long_head, 1000).await.is_err());
+    }
+
+    #[test]
+    fn the_search_finds_the_first_whole_match() {
+        assert_eq!(find(b"ab\r\r\n--x", b"\r\n--x"), Some(3));
+        assert_eq!(find(b"\r\n--", b"\r\n--x"), None);
+        assert_eq!(find(b"", b"ab"), None);
+        assert_eq!(find(b"xab", b"ab"), Some(1));
+        let mut v = b"hello".to_vec();
+        assert_eq!(take_front(&mut v, 2), b"he");
+        assert_eq!(v, b"llo");
     }
 
     #[test]
