@@ -224,6 +224,26 @@ def sc_ports():
     return obs
 
 
+def sc_auto_resume():
+    """A paused sandbox made with `lifecycle.auto_resume` resumes on its next envd call;
+    one made without answers as a stopped sandbox."""
+    obs = {}
+    auto = Sandbox.create(TEMPLATE, timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    plain = Sandbox.create(TEMPLATE, timeout=60)
+    try:
+        auto.commands.run("echo warm > /tmp/w")
+        check(auto.pause() is True and plain.pause() is True, "both paused")
+        obs["auto_read"] = auto.files.read("/tmp/w")
+        check(obs["auto_read"] == "warm\n", "the auto-resuming sandbox answers")
+        check(str(auto.get_info().state).lower().endswith("running"), "and runs again")
+        obs["plain_read"] = expect_error(lambda: plain.files.read("/etc/hostname"), e2b.SandboxException)
+        check(str(plain.get_info().state).lower().endswith("paused"), "the other stays paused")
+    finally:
+        auto.kill()
+        plain.kill()
+    return obs
+
+
 def sc_overhead():
     """The layer's cost against sandfork's own SDK on the same daemon, same transport:
     create → first command, and a 1 MiB file written and read back (medians of 5)."""
@@ -278,6 +298,7 @@ SCENARIOS = {
     "files_rest": sc_files_rest,
     "fork_pattern": sc_fork_pattern,
     "ports": sc_ports,
+    "auto_resume": sc_auto_resume,
 }
 
 

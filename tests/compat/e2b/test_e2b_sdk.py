@@ -89,7 +89,7 @@ def test_js_scenario(e2b_server: E2bServer, sdk_js: str, scenario: str) -> None:
 
 
 CHECKS = ["create_options_rest", "files_rest", "fork_pattern"]
-PY_ONLY_CHECKS = ["ports", "overhead"]
+PY_ONLY_CHECKS = ["ports", "auto_resume", "overhead"]
 
 
 @pytest.mark.parametrize("scenario", CHECKS + PY_ONLY_CHECKS)
