@@ -24,7 +24,7 @@ The SDKs are found in the compat venvs of tests/compat (``$SANDFORK_COMPAT_DIR``
 build at ``$CARGO_TARGET_DIR/release/sandfork`` when there is one, else the debug build
 (``$SANDFORK_BIN`` overrides). Run as root: ``make bench-compat``.
 
-    python3 bench/compat.py [--runs N] [--json PATH]
+    python3 bench/compat.py [--runs N] [--json PATH] [--dir DIR]
 """
 from __future__ import annotations
 
@@ -80,6 +80,10 @@ class Native:
 
     def exec_true(self, sb) -> None:
         r = sb.run("true")
+        assert r.exit_code == 0, r
+
+    def exec_login(self, sb) -> None:
+        r = sb.run("/bin/bash", ["-l", "-c", "true"])
         assert r.exit_code == 0, r
 
     def write(self, sb, data: bytes) -> None:
@@ -155,7 +159,8 @@ def daemon_cpu_ms() -> float:
 
 
 def worker(layer: str) -> None:
-    """Answers ``create``, ``file`` and ``quit`` lines with one JSON line each."""
+    """Answers ``create``, ``create_login`` (native only), ``file`` and ``quit`` lines with
+    one JSON line each."""
     sdk = {"sandfork": Native, "tensorlake": Tensorlake, "e2b": E2b}[layer]()
     reply = lambda **kv: print(json.dumps(kv), flush=True)  # noqa: E731
     held = None  # the sandbox of the file round trips
@@ -163,11 +168,11 @@ def worker(layer: str) -> None:
     for line in sys.stdin:
         cmd = line.strip()
         try:
-            if cmd == "create":
+            if cmd in ("create", "create_login"):
                 c0, d0, t0 = time.process_time(), daemon_cpu_ms(), time.monotonic()
                 sb = sdk.create()
                 t1 = time.monotonic()
-                sdk.exec_true(sb)
+                (sdk.exec_login if cmd == "create_login" else sdk.exec_true)(sb)
                 t2, c2, d2 = time.monotonic(), time.process_time(), daemon_cpu_ms()
                 sdk.kill(sb)
                 reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000,
@@ -341,6 +346,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--json", type=Path, help="write the results here as JSON")
+    ap.add_argument("--dir", help="where the daemon's directory is made (default: the system's temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the daemon's directory (log) afterwards")
     ap.add_argument("--worker", choices=list(LAYERS), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -354,12 +360,12 @@ def main() -> None:
             sys.exit(f"compat.py: needs {tool} (util-linux, iproute2)")
     check_sdks()
     binary = daemon_binary()
-    root = Path(tempfile.mkdtemp(prefix="sfcompat-"))
+    root = Path(tempfile.mkdtemp(prefix="sfcompat-", dir=a.dir))
     token = secrets.token_hex(16)
     ns = Namespace()
     d = None
     workers: Dict[str, Worker] = {}
-    results: Dict[str, Dict[str, List[dict]]] = {k: {"create": [], "file": []} for k in LAYERS}
+    results: Dict[str, Dict[str, List[dict]]] = {k: {"create": [], "file": [], "create_login": []} for k in LAYERS}
     problems: List[str] = []
     try:
         from_ = time.monotonic()
@@ -380,6 +386,8 @@ def main() -> None:
             for what in ("create", "file"):
                 for w in order:
                     results[w.layer][what].append(w.ask(what))
+            # E2B's SDK runs every command as `/bin/bash -l -c CMD`: the same through sandfork's.
+            results["sandfork"]["create_login"].append(workers["sandfork"].ask("create_login"))
         print(f"compat.py: {a.runs} rounds in {time.monotonic() - from_:.0f} s with {binary}", file=sys.stderr)
     finally:
         for w in workers.values():
@@ -416,13 +424,27 @@ def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, bin
                    **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
             out["results"].append(row)
             print(json.dumps(row), flush=True)
+        if what == "create":
+            # The login shell's share: sandfork's SDK running E2B's command, and E2B against it.
+            login = results["sandfork"]["create_login"]
+            lbase = med(r["ms"] for r in login)
+            e2b = med(r["ms"] for r in results["e2b"]["create"])
+            for layer, value, rs in (("sandfork", lbase, login), ("e2b", e2b, results["e2b"]["create"])):
+                row = {"suite": "compat", "name": f"create → first exec (`/bin/bash -l -c true`, E2B's form of `true`), {LABELS[layer]}",
+                       "value": round(value, 2), "unit": "ms", "baseline": round(lbase, 2),
+                       "baseline_name": "sandfork Python SDK running `/bin/bash -l -c true`, same run",
+                       "ratio": round(value / lbase, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
+                       "runs": len(rs), "layer": layer, "op": "create_login",
+                       **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
+                out["results"].append(row)
+                print(json.dumps(row), flush=True)
     if a.json:
         a.json.write_text(json.dumps(out, indent=2) + "\n")
     print(file=sys.stderr)
-    print(f"{'':82} {'median':>9} {'ratio':>6}   parts (medians)", file=sys.stderr)
+    print(f"{'':100} {'median':>9} {'ratio':>6}   parts (medians)", file=sys.stderr)
     for row in out["results"]:
-        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts[row["op"]])
-        print(f"{row['name']:82} {row['value']:7.1f} ms {row['ratio']:5.2f}×   {ps}", file=sys.stderr)
+        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts["create" if row["op"] == "create_login" else row["op"]])
+        print(f"{row['name']:100} {row['value']:7.1f} ms {row['ratio']:5.2f}×   {ps}", file=sys.stderr)
 
 
 if __name__ == "__main__":
