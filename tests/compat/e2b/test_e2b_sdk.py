@@ -112,3 +112,67 @@ def test_js_sandfork_checks(e2b_server: E2bServer, sdk_js: str, scenario: str) -
 
 def test_no_sandbox_is_left(e2b_server: E2bServer) -> None:
     assert wait_until_no_sandboxes(e2b_server) == []
+
+
+def test_hostile_requests_get_answers_not_crashes(e2b_server: E2bServer) -> None:
+    """Malformed E2B requests (bad envelopes, JSON, base64, sizes, deadlines, tokens) are
+    answered with E2B-shaped errors, and the daemon goes on serving."""
+    import http.client
+
+    def call(method, path, body=b"", headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", e2b_server.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            # a stream that works goes on: its first envelope is enough
+            return r.status, (r.read1(64) if "WatchDir" in path else r.read())
+        finally:
+            conn.close()
+
+    key = {"X-API-KEY": e2b_server.token, "Content-Type": "application/json"}
+    status, body = call("POST", "/v2/sandboxes", json.dumps({"templateID": "base", "timeout": 60}).encode(), key)
+    assert status == 201, body
+    sb = json.loads(body)
+    envd = {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": sb["envdAccessToken"]}
+    stream = dict(envd, **{"Content-Type": "application/connect+json"})
+    unary = dict(envd, **{"Content-Type": "application/json"})
+    try:
+        cases = [
+            ("POST", "/v2/sandboxes", b"{not json", key, {400}),
+            ("POST", "/v2/sandboxes", json.dumps({"templateID": "base", "metadata": {"k": "\u0000"}}).encode(), key, {400}),
+            ("GET", "/v2/sandboxes?limit=x", b"", key, {400}),
+            ("GET", "/v2/sandboxes?startedAfter=99999999999-01-01T00:00:00Z", b"", key, {400}),
+            ("GET", "/v2/sandboxes?nextToken=99999999999999999999999", b"", key, {400}),
+            ("POST", "/sandboxes/x/timeout", b"{}", key, {400, 404}),
+            ("DELETE", "/templates/%2e%2e%2f%2e%2e", b"", key, {404}),
+            ("POST", "/v2/sandboxes", b"{}", {"X-API-KEY": "wrong"}, {401}),
+            ("POST", "/process.Process/Start", b"\x00\xff\xff\xff\xff", stream, {200}),
+            ("POST", "/process.Process/Start", b"\x01\x00\x00\x00\x01x", stream, {200}),
+            ("POST", "/process.Process/Start", b"\x00\x00\x00\x00\x02{x", stream, {200}),
+            ("POST", "/process.Process/Start", b"", stream, {200}),
+            ("POST", "/process.Process/Start", b"\x00\x00\x00\x00\x02{}", dict(stream, **{"Connect-Timeout-Ms": "18446744073709551615"}), {200}),
+            ("POST", "/process.Process/SendInput", json.dumps({"process": {"pid": 1}, "input": {"stdin": "!!"}}).encode(), unary, {400, 404}),
+            ("POST", "/process.Process/SendSignal", json.dumps({"process": {"pid": 18446744073709551615}, "signal": 9}).encode(), unary, {404}),
+            ("POST", "/process.Process/Update", json.dumps({"process": {"pid": 1}, "pty": {"size": {"cols": 0, "rows": 0}}}).encode(), unary, {400, 404}),
+            ("POST", "/process.Process/Nope", b"{}", unary, {501}),
+            ("POST", "/filesystem.Filesystem/ListDir", json.dumps({"path": "/\u0000", "depth": 4294967295}).encode(), unary, {400}),
+            ("POST", "/filesystem.Filesystem/ListDir", b"[1,2]", unary, {400}),
+            ("POST", "/filesystem.Filesystem/WatchDir", b"\x00\x00\x00\x00\x02{}", dict(stream, **{"Connect-Timeout-Ms": "18446744073709551615"}), {200}),
+            ("POST", "/filesystem.Filesystem/WatchDir", b"\x00\x00\x00\x00\x0b{\"path\":7}", stream, {200}),
+            ("POST", "/filesystem.Filesystem/GetWatcherEvents", b'{"watcherId": "nope"}', unary, {404}),
+            ("POST", "/files?path=/tmp/x", b"--b\r\nContent-Disposition: form-data\r\n\r\nunfinished", dict(envd, **{"Content-Type": "multipart/form-data; boundary=b"}), {400}),
+            ("POST", "/files?path=/tmp/x", b"\x1f\x8b not gzip", dict(envd, **{"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}), {400}),
+            ("GET", "/files?path=/tmp&signature=v1_x", b"", {}, {400}),
+            ("GET", "/files?path=/etc/hostname", b"", {"E2b-Sandbox-Id": sb["sandboxID"], "X-Access-Token": "ea_wrong"}, {401}),
+            ("GET", "/health", b"", {"E2b-Sandbox-Id": "nonexistent"}, {502}),
+        ]
+        for method, path, body, headers, want in cases:
+            status, answer = call(method, path, body, headers)
+            assert status in want, (method, path, body[:40], status, answer[:300])
+            if status == 200 and headers.get("Content-Type") == "application/connect+json" and path.endswith(("Start", "WatchDir")):
+                # a stream that failed: 200 and one end-of-stream envelope with an error
+                assert answer[:1] == b"\x02" or b'"error"' in answer or b'"start"' in answer, answer[:200]
+        status, _ = call("GET", "/health", b"", envd)
+        assert status == 204, "the sandbox still answers"
+    finally:
+        call("DELETE", f"/sandboxes/{sb['sandboxID']}", b"", key)

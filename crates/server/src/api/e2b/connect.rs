@@ -154,6 +154,9 @@ pub fn stream_error(err: RpcErr) -> Response {
     resp
 }
 
+/// The longest deadline honoured (a longer one is none: the daemon's own limits apply).
+const MAX_DEADLINE: Duration = Duration::from_secs(366 * 24 * 3600);
+
 /// `Connect-Timeout-Ms`: the deadline of the call.
 pub fn timeout(headers: &HeaderMap) -> Option<Duration> {
     headers
@@ -162,6 +165,7 @@ pub fn timeout(headers: &HeaderMap) -> Option<Duration> {
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis)
+        .filter(|d| *d <= MAX_DEADLINE)
 }
 
 /// `Keepalive-Ping-Interval`: how long a stream may stay quiet (1 s to 1 h).
@@ -242,6 +246,9 @@ mod tests {
         h.insert("connect-timeout-ms", "1500".parse().unwrap());
         h.insert("keepalive-ping-interval", "0".parse().unwrap());
         assert_eq!(timeout(&h), Some(Duration::from_millis(1500)));
+        h.insert("connect-timeout-ms", u64::MAX.to_string().parse().unwrap());
+        assert_eq!(timeout(&h), None, "an absurd deadline is none");
+        h.insert("connect-timeout-ms", "1500".parse().unwrap());
         assert_eq!(keepalive(&h), Some(Duration::from_secs(1)));
     }
 }

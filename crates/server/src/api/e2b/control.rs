@@ -574,12 +574,26 @@ pub fn unix_seconds(t: &str) -> Option<f64> {
     let h: i64 = c.next()?.parse().ok()?;
     let mi: i64 = c.next()?.parse().ok()?;
     let sec: f64 = c.next().unwrap_or("0").parse().ok()?;
+    let in_range = (1..=9999).contains(&y)
+        && (1..=12).contains(&mo)
+        && (1..=31).contains(&da)
+        && (0..24).contains(&h)
+        && (0..60).contains(&mi)
+        && (0.0..61.0).contains(&sec);
+    if !in_range {
+        return None;
+    }
     let offset = match zone.as_bytes().first() {
         None | Some(b'Z') | Some(b'z') => 0,
         Some(sign) => {
             let mut z = zone[1..].splitn(2, ':');
-            let zh: i64 = z.next()?.parse().ok()?;
-            let zm: i64 = z.next().unwrap_or("0").parse().ok()?;
+            let zh: i64 = z.next()?.parse().ok().filter(|h| (0..24).contains(h))?;
+            let zm: i64 = z
+                .next()
+                .unwrap_or("0")
+                .parse()
+                .ok()
+                .filter(|m| (0..60).contains(m))?;
             let o = zh * 3600 + zm * 60;
             if *sign == b'-' {
                 -o
@@ -616,6 +630,15 @@ mod tests {
         assert!((js - py).abs() < 1e-6);
         assert_eq!(unix_seconds("nonsense"), None);
         assert_eq!(unix_seconds("2026-12-07T99"), None);
+        for hostile in [
+            "99999999999999999-01-01T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T00:00:00+99999999999:00",
+            "2026-01-01T00:00:NaNZ",
+            "2026-01-01T00:00:1e300Z",
+        ] {
+            assert_eq!(unix_seconds(hostile), None, "{hostile}");
+        }
     }
 
     #[test]

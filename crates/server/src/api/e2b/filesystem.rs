@@ -543,7 +543,7 @@ async fn watch_dir(
         if !out.send(&json!({"start": {}})).await {
             return;
         }
-        let until = deadline.map(|d| tokio::time::Instant::now() + d);
+        let until = deadline.and_then(|d| tokio::time::Instant::now().checked_add(d));
         loop {
             let over = async {
                 match until {
