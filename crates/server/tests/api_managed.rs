@@ -250,6 +250,13 @@ fn a_sandbox_is_renamed_relabelled_and_its_egress_changed() {
         &path,
         Some(json!({"deny_out": ["198.18.7.0/24"], "allow_out": ["198.18.0.0/15"]})),
     );
+    // A guarded range opens only where the operator allowed it (allow_out_guarded).
+    assert_error(s, &v, 403, "forbidden");
+    let (s, v) = c.json(
+        Method::PATCH,
+        &path,
+        Some(json!({"deny_out": ["198.18.7.0/24"], "allow_out": ["203.0.113.0/24"]})),
+    );
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["network"]["deny_out"], json!(["198.18.7.0/24"]));
     let rules = std::process::Command::new("nft")
@@ -264,7 +271,7 @@ fn a_sandbox_is_renamed_relabelled_and_its_egress_changed() {
     let (s, v) = c.json(
         Method::PATCH,
         &format!("/v1/sandboxes/{b}"),
-        Some(json!({"allow_out": ["198.18.0.0/15"]})),
+        Some(json!({"allow_out": ["203.0.113.0/24"]})),
     );
     assert_error(s, &v, 422, "unsupported");
     let (s, v) = c.json(Method::PATCH, &path, Some(json!({"deny_out": ["no pe"]})));
