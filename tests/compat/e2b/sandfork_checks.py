@@ -259,7 +259,8 @@ def sc_overhead():
         t0 = time.perf_counter()
         sb = sandfork.Sandbox.create(image=TEMPLATE, api_url=api, api_key=key, timeout_secs=60)
         try:
-            check(sb.run("true").exit_code == 0, "native run")
+            # the command E2B runs for `commands.run("true")`: a login shell's
+            check(sb.run("/bin/bash", ["-l", "-c", "true"]).exit_code == 0, "native run")
             t1 = time.perf_counter()
             sb.write_file("/tmp/blob", blob)
             check(bytes(sb.read_file("/tmp/blob")) == blob, "native round trip")
