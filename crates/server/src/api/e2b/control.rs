@@ -128,7 +128,7 @@ fn sandbox_out(s: &Shared, v: &Sandbox, domain: Option<String>) -> Result<Sandbo
         template_id: template.clone(),
         sandbox_id: v.id.clone(),
         client_id: "sandfork",
-        envd_version: envd::ENVD_VERSION,
+        envd_version: shapes::ENVD_VERSION,
         envd_access_token: envd::access_token(s, &v.id)?,
         traffic_access_token: traffic,
         domain,

@@ -1,33 +1,18 @@
-//! envd's routes, and what every envd request goes through first: the sandbox the
+//! What every envd request goes through first: the sandbox the
 //! `E2b-Sandbox-Id` header names must be running (else the 502 of E2B's proxy), and the
 //! request must carry the sandbox's access token.
 
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
+use axum::response::Response;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::errors::{sandbox_gone, unauthorized, ApiErr};
+use super::errors::{sandbox_gone, unauthorized};
 use super::users::{Account, Table};
-use super::{files, filesystem, process, shapes, E2bState, Shared, SANDBOX_HEADER};
+use super::{shapes, Shared, SANDBOX_HEADER};
 use model::State;
-
-/// The envd version reported to the SDKs: every feature of the protocol they gate on it
-/// is served (upload metadata is refused with an error naming it).
-pub const ENVD_VERSION: &str = "0.6.4";
-
-pub fn routes() -> Router<E2bState> {
-    Router::new()
-        .route("/health", get(files::health))
-        .route("/files", get(files::download).post(files::upload))
-        .route("/process.Process/{method}", post(process::call))
-        .route("/filesystem.Filesystem/{method}", post(filesystem::call))
-        .fallback(|| async { ApiErr::not_found("no such envd route").into_response() })
-}
 
 /// The answer to a request that is refused before it is served.
 pub type Refusal = Box<Response>;

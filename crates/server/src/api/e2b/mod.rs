@@ -75,7 +75,7 @@ impl Edge {
         });
         Edge {
             control: control::routes().with_state(shared.clone()),
-            envd: envd::routes().with_state(shared),
+            envd: envd_routes().with_state(shared),
         }
     }
 }
@@ -115,6 +115,19 @@ fn plane(headers: &HeaderMap, path: &str, query: Option<&str>) -> Option<Plane> 
         || path == "/snapshots"
         || path.starts_with("/templates/");
     (control && headers.contains_key(API_KEY_HEADER)).then_some(Plane::Control)
+}
+
+/// envd's routes: its process and filesystem services, `/files` and `/health` (each
+/// admits its request through [`envd`] first).
+fn envd_routes() -> axum::Router<E2bState> {
+    use axum::response::IntoResponse;
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/health", get(files::health))
+        .route("/files", get(files::download).post(files::upload))
+        .route("/process.Process/{method}", post(process::call))
+        .route("/filesystem.Filesystem/{method}", post(filesystem::call))
+        .fallback(|| async { errors::ApiErr::not_found("no such envd route").into_response() })
 }
 
 #[cfg(test)]

@@ -7,6 +7,10 @@
 
 use std::collections::BTreeMap;
 
+/// The envd version reported to the SDKs: every feature of the protocol they gate on it
+/// is served (upload metadata is refused with an error naming it).
+pub const ENVD_VERSION: &str = "0.6.4";
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -173,7 +177,7 @@ pub fn listed(v: &Sandbox, e2b_state: &str) -> Value {
         "memoryMB": v.memory_mb,
         "diskSizeMB": v.disk_mb,
         "state": e2b_state,
-        "envdVersion": super::envd::ENVD_VERSION,
+        "envdVersion": ENVD_VERSION,
         "metadata": metadata(&v.labels),
     })
 }
