@@ -30,6 +30,18 @@ pub fn from_unix_millis(ms: i64) -> String {
     )
 }
 
+/// Milliseconds since the Unix epoch of an RFC 3339 time, any offset and precision
+/// (`2026-12-02T06:05:12.345Z`, `2026-12-07T14:19:51.930581+00:00`); `None` for anything
+/// that is not one.
+pub fn unix_millis(rfc3339: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(
+        rfc3339.trim(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .ok()?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 /// Now, as [`rfc3339_millis`] writes it.
 pub fn now() -> String {
     rfc3339_millis(SystemTime::now())
@@ -46,6 +58,15 @@ mod tests {
             from_unix_millis(1_764_655_512_345),
             "2025-12-02T06:05:12.345Z"
         );
+        assert_eq!(
+            unix_millis("2025-12-02T06:05:12.345Z"),
+            Some(1_764_655_512_345)
+        );
+        assert_eq!(
+            unix_millis("2025-12-02T07:05:12.345+01:00"),
+            Some(1_764_655_512_345)
+        );
+        assert_eq!(unix_millis("yesterday"), None);
         let a = now();
         assert!(a.len() == 24 && a.ends_with('Z'), "{a}");
     }

@@ -564,57 +564,7 @@ async fn delete_snapshot(
 
 /// Unix seconds of an RFC 3339 time (`2026-12-07T14:19:51.930581+00:00`, `…Z`).
 pub fn unix_seconds(t: &str) -> Option<f64> {
-    let t = t.trim();
-    let (date, rest) = t.split_once(['T', 't', ' '])?;
-    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
-    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
-    let zone_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
-    let (clock, zone) = rest.split_at(zone_at);
-    let mut c = clock.splitn(3, ':');
-    let h: i64 = c.next()?.parse().ok()?;
-    let mi: i64 = c.next()?.parse().ok()?;
-    let sec: f64 = c.next().unwrap_or("0").parse().ok()?;
-    let in_range = (1..=9999).contains(&y)
-        && (1..=12).contains(&mo)
-        && (1..=31).contains(&da)
-        && (0..24).contains(&h)
-        && (0..60).contains(&mi)
-        && (0.0..61.0).contains(&sec);
-    if !in_range {
-        return None;
-    }
-    let offset = match zone.as_bytes().first() {
-        None | Some(b'Z') | Some(b'z') => 0,
-        Some(sign) => {
-            let mut z = zone[1..].splitn(2, ':');
-            let zh: i64 = z.next()?.parse().ok().filter(|h| (0..24).contains(h))?;
-            let zm: i64 = z
-                .next()
-                .unwrap_or("0")
-                .parse()
-                .ok()
-                .filter(|m| (0..60).contains(m))?;
-            let o = zh * 3600 + zm * 60;
-            if *sign == b'-' {
-                -o
-            } else {
-                o
-            }
-        }
-    };
-    let days = days_from_civil(y, mo, da);
-    Some((days * 86400 + h * 3600 + mi * 60 - offset) as f64 + sec)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
+    model::timestamp::unix_millis(t).map(|ms| ms as f64 / 1000.0)
 }
 
 #[cfg(test)]

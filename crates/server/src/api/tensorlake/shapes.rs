@@ -307,30 +307,7 @@ pub struct SnapshotBody {
 /// Milliseconds since the Unix epoch of an RFC 3339 time as the daemon writes them
 /// (`2026-12-02T06:05:12.345Z`); `None` for anything else.
 pub fn unix_millis(rfc3339: &str) -> Option<i64> {
-    let b = rfc3339.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !rfc3339.ends_with('Z') {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| rfc3339.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let ms = match rfc3339.get(19..20) {
-        Some(".") => num(20..23).unwrap_or(0),
-        _ => 0,
-    };
-    let days = days_from_civil(y, mo, d);
-    Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms)
-}
-
-/// Days from 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    model::timestamp::unix_millis(rfc3339)
 }
 
 #[cfg(test)]
