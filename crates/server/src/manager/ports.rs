@@ -80,18 +80,26 @@ impl Manager {
 
     /// The token that opens every port of sandbox `id`, in its current access epoch.
     pub fn port_token(&self, id: &str) -> Result<String> {
-        let epoch = self.access_epoch(id);
+        self.token_in(id, self.access_epoch(id))
+    }
+
+    /// The signature of a URL to `port` of sandbox `id` valid until `expires` (Unix seconds).
+    pub fn port_signature(&self, id: &str, port: u16, expires: u64) -> Result<String> {
+        self.signature_in(id, port, expires, self.access_epoch(id))
+    }
+
+    /// [`Manager::port_token`] in access epoch `epoch` (the first epoch's tokens are those
+    /// made before epochs existed).
+    fn token_in(&self, id: &str, epoch: u32) -> Result<String> {
         let msg = match epoch {
-            // The first epoch's tokens are those made before epochs existed.
             0 => id.to_string(),
             n => format!("{id}:{n}"),
         };
         Ok(hex(&self.port_key()?.derive("port-access", msg.as_bytes())))
     }
 
-    /// The signature of a URL to `port` of sandbox `id` valid until `expires` (Unix seconds).
-    pub fn port_signature(&self, id: &str, port: u16, expires: u64) -> Result<String> {
-        let msg = match self.access_epoch(id) {
+    fn signature_in(&self, id: &str, port: u16, expires: u64, epoch: u32) -> Result<String> {
+        let msg = match epoch {
             0 => format!("{id}:{port}:{expires}"),
             n => format!("{id}:{port}:{expires}:{n}"),
         };
@@ -142,7 +150,8 @@ impl Manager {
         // The MACs are computed whether or not the sandbox exists, so that the time taken
         // does not tell either.
         let id = view.as_ref().map_or(id_or_name, |v| v.id.as_str());
-        let opened = public || self.credentials_open(id, port, creds)?;
+        let epoch = view.as_ref().map_or(0, |v| v.access_epoch);
+        let opened = public || self.credentials_open(id, epoch, port, creds)?;
         match view {
             Some(v) if opened => exposes(&v, port).map(|()| v.id),
             _ if !creds.any() => Err(Error::Unauthorized(PORT_UNAUTHORIZED.into())),
@@ -151,14 +160,20 @@ impl Manager {
     }
 
     /// Whether the sandbox's access token or a signed URL in `creds` opens `port` of `id`.
-    fn credentials_open(&self, id: &str, port: u16, creds: &PortCredentials) -> Result<bool> {
+    fn credentials_open(
+        &self,
+        id: &str,
+        epoch: u32,
+        port: u16,
+        creds: &PortCredentials,
+    ) -> Result<bool> {
         let token_ok = match &creds.access_token {
-            Some(t) => equal(t, &self.port_token(id)?),
+            Some(t) => equal(t, &self.token_in(id, epoch)?),
             None => false,
         };
         let signed_ok = match &creds.signed {
             Some((expires, sig)) => {
-                let valid = equal(sig, &self.port_signature(id, port, *expires)?);
+                let valid = equal(sig, &self.signature_in(id, port, *expires, epoch)?);
                 *expires >= unix_now() && valid
             }
             None => false,
