@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::errors::{sandbox_gone, unauthorized};
+use super::errors::{sandbox_gone, unauthorized, Code, RpcErr};
 use super::users::{Account, Table};
 use super::{shapes, Shared, SANDBOX_HEADER};
 use model::State;
@@ -70,6 +70,29 @@ pub fn admit(s: &Shared, headers: &HeaderMap) -> Result<String, Refusal> {
         return Err(Box::new(unauthorized()));
     }
     Ok(view.id)
+}
+
+/// A refused RPC's answer: in the end frame of a stream for a streaming method, else as a
+/// unary error.
+pub fn rpc_failure(streaming: bool, e: RpcErr) -> Response {
+    if streaming {
+        super::connect::stream_error(e)
+    } else {
+        e.into_response()
+    }
+}
+
+/// An RPC's sandbox and account (admitted, the named user resolved), or the answer to give.
+pub async fn rpc_context(
+    s: &Shared,
+    headers: &HeaderMap,
+    streaming: bool,
+) -> Result<Ctx, Response> {
+    let id = admit(s, headers).map_err(|r| *r)?;
+    let named = super::users::named_user(headers);
+    Ctx::new(s, id, named.as_deref())
+        .await
+        .map_err(|m| rpc_failure(streaming, RpcErr::new(Code::Unauthenticated, m)))
 }
 
 /// A request's sandbox, the account it acts as, and the sandbox's accounts.

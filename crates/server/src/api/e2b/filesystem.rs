@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use proto::agent::{FileKind, FileStat, FsEvent, FsEventKind, OutputStream};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::connect::{self, Ticker};
 use super::envd::{self, Ctx};
 use super::errors::{Code, RpcErr};
-use super::{users, E2bState, Shared};
+use super::{E2bState, Shared};
 use crate::backend::ExecEvent;
 use crate::error::Error;
 
@@ -74,21 +74,10 @@ struct WatcherReq {
 /// `POST /filesystem.Filesystem/{method}`.
 pub async fn call(State(s): State<E2bState>, Path(method): Path<String>, req: Request) -> Response {
     let streaming = method == "WatchDir";
-    let fail = |e: RpcErr| {
-        if streaming {
-            connect::stream_error(e)
-        } else {
-            e.into_response()
-        }
-    };
-    let id = match envd::admit(&s, req.headers()) {
-        Ok(id) => id,
-        Err(resp) => return *resp,
-    };
-    let named = users::named_user(req.headers());
-    let ctx = match Ctx::new(&s, id, named.as_deref()).await {
+    let fail = |e: RpcErr| envd::rpc_failure(streaming, e);
+    let ctx = match envd::rpc_context(&s, req.headers(), streaming).await {
         Ok(c) => c,
-        Err(m) => return fail(RpcErr::new(Code::Unauthenticated, m)),
+        Err(resp) => return resp,
     };
     let (parts, body) = req.into_parts();
     let bytes = match connect::read_body(body, s.manager.config().max_json_bytes).await {

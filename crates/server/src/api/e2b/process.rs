@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use base64::Engine;
 use futures::StreamExt;
 use proto::agent::{ExitInfo, ExitStatus, OutputStream, ProcessState, StdinMode};
@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::connect::{self, StreamOut, Ticker};
 use super::envd::{self, Ctx};
 use super::errors::{Code, RpcErr};
-use super::{users, E2bState, Shared};
+use super::{E2bState, Shared};
 use crate::backend::ExecEvent;
 
 /// Terminal processes remembered before those of sandboxes gone are forgotten.
@@ -121,21 +121,10 @@ fn terminals() -> &'static Terminals {
 /// `POST /process.Process/{method}`.
 pub async fn call(State(s): State<E2bState>, Path(method): Path<String>, req: Request) -> Response {
     let streaming = matches!(method.as_str(), "Start" | "Connect" | "StreamInput");
-    let fail = |e: RpcErr| {
-        if streaming {
-            connect::stream_error(e)
-        } else {
-            e.into_response()
-        }
-    };
-    let id = match envd::admit(&s, req.headers()) {
-        Ok(id) => id,
-        Err(resp) => return *resp,
-    };
-    let named = users::named_user(req.headers());
-    let ctx = match Ctx::new(&s, id, named.as_deref()).await {
+    let fail = |e: RpcErr| envd::rpc_failure(streaming, e);
+    let ctx = match envd::rpc_context(&s, req.headers(), streaming).await {
         Ok(c) => c,
-        Err(m) => return fail(RpcErr::new(Code::Unauthenticated, m)),
+        Err(resp) => return resp,
     };
     let (parts, body) = req.into_parts();
     if method == "StreamInput" {
