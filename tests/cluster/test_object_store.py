@@ -168,9 +168,11 @@ def test_a_tampered_chunk_fails_the_read_and_nothing_else(cluster: Cluster, clie
     result = Snapshot.fork(snap.id, 1, client=cb)
     try:
         if result.errors:
-            # The tampered blocks were needed to boot (ext4's own metadata): refused, said so.
-            message = result.errors[0].error.message if hasattr(result.errors[0].error, "message") else str(result.errors[0].error)
-            assert "hash" in message or "I/O" in message or "Input/output" in message, message
+            # The tampered blocks were needed to boot (ext4's own metadata): refused as an
+            # integrity failure naming the snapshot and the object that failed its hash.
+            error = result.errors[0].error
+            assert error.code == "integrity", error
+            assert snap.id in error.message and f"{cluster.prefix}/{key.split('/', 1)[1]}" in error.message and "hash" in error.message, error.message
         else:
             child = result[0]
             r = child.run("sh", ["-c", "cat /data.bin > /dev/null; echo $?"])
@@ -184,6 +186,34 @@ def test_a_tampered_chunk_fails_the_read_and_nothing_else(cluster: Cluster, clie
     sb.terminate()
     Snapshot.delete(snap.id, client=ca)
     Snapshot.delete(snap.id, client=cb)
+
+
+def test_a_tampered_memory_part_is_an_integrity_error_naming_the_object(cluster: Cluster, client_of) -> None:
+    from sandfork import CheckpointType, SandforkError, Snapshot
+
+    a, b = cluster.node("a"), cluster.node("b")
+    ca, cb = client_of(a), client_of(b)
+    sb = busybox_with_state(ca)
+    snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    wait_published(ca, snap.id)
+    manifest = json.loads(json.loads(cluster.weed.object(f"{cluster.prefix}/snapshots/{snap.id}.json"))["body"])
+    part = next(f for f in manifest["memory"] if f["size"] > 0)
+    key = f"{cluster.prefix}/memory/{part['blake3']}"
+    body = bytearray(cluster.weed.object(key))
+    body[len(body) // 2] ^= 0xFF
+    cluster.weed.put_object(key, bytes(body))
+    try:
+        # The pull checks each part before it keeps any: the fork is refused as a whole.
+        with pytest.raises(SandforkError) as e:
+            Snapshot.fork(snap.id, 1, client=cb).raise_for_errors()
+        error = e.value
+        assert error.code == "integrity", error
+        assert key in str(error) and part["name"] in str(error) and "hash" in str(error), str(error)
+        # Nothing of it was kept on B, and the source node still has its snapshot.
+        assert snap.id not in [s.id for s in Snapshot.list(client=cb)]
+    finally:
+        sb.terminate()
+        Snapshot.delete(snap.id, everywhere=True, client=ca)
 
 
 def test_a_bucket_that_goes_away_is_retried_then_named_and_leaves_nothing(cluster: Cluster, client_of) -> None:

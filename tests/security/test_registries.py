@@ -274,6 +274,28 @@ def test_a_gzip_bomb_layer_stops_at_the_import_cap(attempts, bounded_daemon, loo
     attempts.refused("no unpacked data left behind", left < 16 * MIB, f"{left} bytes under {work}")
 
 
+@pytest.mark.promise("host disk")
+@pytest.mark.parametrize("route", ["/v1/images/build?name=bomb", "/v1/images/import?name=bomb"])
+def test_a_gzip_bomb_archive_stops_at_the_import_cap(attempts, bounded_daemon, route) -> None:
+    """A build context or an image archive of a few hundred KiB that inflates to 256 MiB
+    (past the 64 MiB cap): refused 413 naming the cap, with nothing of it left in the
+    daemon's temporary directory (it was unpacked whole before)."""
+    from sandfork import Client, SandforkError
+
+    bomb = gzip_bomb(256 * MIB)
+    c = Client(url=bounded_daemon.url, token=bounded_daemon.token or "")
+    try:
+        with c.open("POST", route, body=bomb, headers={"Content-Type": "application/x-tar"}, unbounded=True) as stream:
+            last = list(stream.iter_json_lines())[-1:] or [{}]
+        code, msg = str(last[0].get("code", "")), str(last[0].get("message", last[0]))
+    except SandforkError as e:
+        code, msg = str(getattr(e, "code", "")), str(e)
+    attempts.refused(f"a {len(bomb) >> 10} KiB gzip bomb inflating to 256 MiB at {route}", code == "too_large" and "max_import_bytes" in msg, f"{code}: {msg}")
+    tmp = bounded_daemon.data_dir / "tmp"
+    left = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) if tmp.exists() else 0
+    attempts.refused("nothing of it left in the temporary directory", left < MIB, f"{left} bytes under {tmp}")
+
+
 # ----------------------------------------------------------------- registry trust
 
 

@@ -164,6 +164,11 @@ impl Bucket {
         &self.url
     }
 
+    /// The whole address of object `rel`, for messages.
+    pub fn object_url(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.url.trim_end_matches('/'))
+    }
+
     fn path(&self, rel: &str) -> Path {
         match self.prefix.as_str() {
             "" => Path::from(rel),

@@ -14,6 +14,10 @@ pub enum RemoteError {
     /// What the bucket holds fails its checks (hash, signature, structure): never used.
     #[error("Refused from the object store: {0}")]
     Invalid(String),
+    /// An object of the bucket fails its hash: the message names the object (its key)
+    /// and what of the snapshot it holds.
+    #[error("Integrity check failed: {0}")]
+    Integrity(String),
     /// The configuration names something that cannot work.
     #[error("Object store configuration: {0}")]
     Config(String),
@@ -35,6 +39,10 @@ impl RemoteError {
             context: context.into(),
             source,
         }
+    }
+
+    pub(crate) fn integrity(what: impl Into<String>) -> RemoteError {
+        RemoteError::Integrity(what.into())
     }
 
     pub(crate) fn invalid(what: impl Into<String>) -> RemoteError {

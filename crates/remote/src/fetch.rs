@@ -23,6 +23,9 @@ type Done = Arc<OnceCell<Result<(), String>>>;
 /// Most chunks one recording keeps.
 const MAX_RECORDED: usize = 4096;
 
+/// Most layers whose integrity failure is remembered.
+const MAX_FAILURES: usize = 1024;
+
 /// The chunks fetched for one snapshot's layers while a restore of it ran, in order.
 struct Recording {
     token: u64,
@@ -38,6 +41,8 @@ pub struct ChunkService {
     tables: Mutex<HashMap<LayerId, Arc<ChunkTable>>>,
     inflight: Mutex<HashMap<Key, Done>>,
     recordings: Mutex<Vec<Recording>>,
+    /// The last chunk of each layer that failed its hash, as words naming its object.
+    failures: Mutex<HashMap<LayerId, String>>,
     next_token: AtomicU64,
     /// Chunks fetched, and their bytes.
     pub chunks: AtomicU64,
@@ -56,6 +61,7 @@ impl ChunkService {
             tables: Mutex::new(HashMap::new()),
             inflight: Mutex::new(HashMap::new()),
             recordings: Mutex::new(Vec::new()),
+            failures: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             chunks: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -97,12 +103,41 @@ impl ChunkService {
             .get_range(&keys::layer(layer.as_str(), "blocks"), entry.range())
             .await?;
         let n = bytes.len() as u64;
-        blocking(move || Ok(s.fill_chunk(&l, &table, chunk, &bytes)?)).await?;
+        let filled = blocking(move || Ok(s.fill_chunk(&l, &table, chunk, &bytes)?)).await;
+        if let Err(RemoteError::Blocks(blockstore::Error::Corrupt { reason, .. })) = &filled {
+            return Err(self.failed_integrity(layer, chunk, reason));
+        }
+        filled?;
         self.chunks.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(n, Ordering::Relaxed);
         self.note(layer, chunk);
         tracing::debug!(%layer, chunk, bytes = n, ms = started.elapsed().as_millis() as u64, "chunk fetched");
         Ok(())
+    }
+
+    /// Remembers that chunk `chunk` of `layer` failed its checks; the error naming it.
+    fn failed_integrity(&self, layer: &LayerId, chunk: u64, reason: &str) -> RemoteError {
+        let what = format!(
+            "object {} (chunk {chunk} of layer {layer}) refused: {reason}",
+            self.bucket.object_url(&keys::layer(layer.as_str(), "blocks"))
+        );
+        tracing::warn!(%layer, chunk, "{what}");
+        let mut failures = lock(&self.failures);
+        if failures.len() >= MAX_FAILURES {
+            failures.clear();
+        }
+        failures.insert(layer.clone(), what.clone());
+        RemoteError::integrity(what)
+    }
+
+    /// The integrity failure met while fetching any of `layers`, in words naming the
+    /// object: what turned a read into an I/O error.
+    pub fn integrity_failure<'a>(
+        &self,
+        layers: impl IntoIterator<Item = &'a LayerId>,
+    ) -> Option<String> {
+        let failures = lock(&self.failures);
+        layers.into_iter().find_map(|l| failures.get(l).cloned())
     }
 
     /// Starts recording which chunks of `layers` (a snapshot's chain, bottom to top) are

@@ -111,11 +111,11 @@ impl Bucket {
                     false => bytes::Bytes::new(),
                 };
                 // Hashing 8 MiB is CPU work: off the async threads, with the write.
-                let name = e.name.clone();
+                let (name, object) = (e.name.clone(), self.object_url(key));
                 crate::error::blocking(move || {
                     if blake3_hex(&bytes) != want {
-                        return Err(RemoteError::invalid(format!(
-                            "part {i} of memory file {name} fails its hash"
+                        return Err(RemoteError::integrity(format!(
+                            "object {object} (part {i} of memory file {name}) fails its hash"
                         )));
                     }
                     file.write_all_at(&bytes, start)

@@ -6,6 +6,7 @@
 //! happens, so a failed build leaves no half image behind.
 
 pub mod archive;
+mod budget;
 mod build;
 mod builddir;
 mod chain;

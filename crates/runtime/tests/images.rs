@@ -93,7 +93,7 @@ fn oci_layout_applies_layers_and_whiteouts() {
     oci_layout(&layout);
     let root = tmp.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    let defaults = import_oci_layout(&layout, &root, &|_| {}).unwrap();
+    let defaults = import_oci_layout(&layout, &root, Default::default(), &|_| {}).unwrap();
     assert_eq!(std::fs::read_to_string(root.join("a/keep")).unwrap(), "k");
     assert!(!root.join("a/gone").exists());
     assert!(!root.join("b/old").exists());
@@ -118,7 +118,7 @@ fn tarball_import_refuses_escaping_paths() {
     std::fs::write(&t, b.into_inner().unwrap()).unwrap();
     let root = tmp.path().join("root");
     std::fs::create_dir(&root).unwrap();
-    let e = import_tarball(&t, &root, &|_| {}).unwrap_err();
+    let e = import_tarball(&t, &root, Default::default(), &|_| {}).unwrap_err();
     assert!(matches!(e, runtime::Error::Layer { .. }), "{e:?}");
     // The message names the tarball, its source the entry.
     assert!(e.to_string().contains("bad.tar"), "{e}");

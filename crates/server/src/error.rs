@@ -35,6 +35,9 @@ pub enum Error {
     /// A port request with a token that does not open this sandbox's ports.
     #[error("{0}")]
     Forbidden(String),
+    /// What the object store holds fails its hash: the message names the object.
+    #[error("{0}")]
+    Integrity(String),
     /// Nothing answered on the sandbox's port.
     #[error("{0}")]
     BadGateway(String),
@@ -131,6 +134,7 @@ impl Error {
             Error::Unauthorized(_) => (401, "unauthorized"),
             Error::Forbidden(_) => (403, "forbidden"),
             Error::BadGateway(_) => (502, "bad_gateway"),
+            Error::Integrity(_) => (502, "integrity"),
             Error::NotFound(_) => (404, "not_found"),
             Error::WrongState { .. } | Error::Conflict(_) => (409, "conflict"),
             Error::TooLarge(_) => (413, "too_large"),
@@ -165,6 +169,7 @@ impl Error {
             Error::Unauthorized(m) => Error::Unauthorized(m.clone()),
             Error::Forbidden(m) => Error::Forbidden(m.clone()),
             Error::BadGateway(m) => Error::BadGateway(m.clone()),
+            Error::Integrity(m) => Error::Integrity(m.clone()),
             Error::Backend(b) => Error::Backend(b.clone()),
             Error::Store(_) | Error::Ids(_) => Error::Backend(BackendError::Host(self.message())),
         }

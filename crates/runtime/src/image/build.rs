@@ -103,8 +103,10 @@ impl Images {
             Source::Debian => steps.extend(rootfs::debian(&root, progress)?),
             Source::Python => steps.extend(rootfs::python(&root, progress)?),
             Source::Browser => steps.extend(rootfs::browser(&root, progress)?),
-            Source::Tarball(t) => import_tarball(t, &root, progress)?,
-            Source::OciLayout(l) => defaults = import_oci_layout(l, &root, progress)?,
+            Source::Tarball(t) => import_tarball(t, &root, self.limits(), progress)?,
+            Source::OciLayout(l) => {
+                defaults = import_oci_layout(l, &root, self.limits(), progress)?
+            }
         }
         steps.extend(rootfs::apt_step(&spec.apt));
         steps.extend(rootfs::pip_step(&root, &spec.pip)?);

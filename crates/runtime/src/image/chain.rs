@@ -15,64 +15,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::{ext4_size, report, unpack, BuildDir, Images, ProgressFn};
+use super::budget::{unpack_within, Budget};
+use super::{ext4_size, report, BuildDir, Images, ProgressFn};
 use crate::error::{Error, IoContext, Result};
-
-/// What one layer may unpack to on the filesystem of `at`: the import cap, and the free
-/// space beyond the floor shared among `copies` (the bottom layer is written twice, as a
-/// directory and as the ext4 image made of it).
-#[derive(Debug, Clone, Copy)]
-struct Budget {
-    bytes: u64,
-    /// Whether the free space, not the import cap, set it.
-    by_disk: bool,
-}
-
-impl Budget {
-    fn of(limits: super::UnpackLimits, at: &Path, copies: u64) -> Result<Budget> {
-        let free = crate::space::free_bytes(at).at(at)?;
-        let room = free.saturating_sub(limits.floor_bytes) / copies.max(1);
-        Ok(Budget {
-            bytes: room.min(limits.max_bytes),
-            by_disk: room < limits.max_bytes,
-        })
-    }
-
-    /// The error for `layer` unpacking past this budget: out of space (507) when the disk
-    /// set it, else too large (413) naming the cap.
-    fn exceeded(&self, at: &Path, layer: &Path, limits: super::UnpackLimits) -> Error {
-        if self.by_disk {
-            tracing::warn!(layer = %layer.display(), room_mb = self.bytes >> 20, "an image layer unpacks to more than the host disk has free beyond its floor");
-            return Error::io(at, std::io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        Error::TooLarge(format!(
-            "image layer {} unpacks to more than the {} MiB an import may take (max_import_bytes)",
-            layer
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-            limits.max_bytes >> 20
-        ))
-    }
-}
-
-/// Unpacks `layer` into `root` within `budget`, refusing it unwritten when its declared
-/// sizes already pass it.
-fn unpack_within(
-    layer: &Path,
-    root: &Path,
-    budget: Budget,
-    at: &Path,
-    limits: super::UnpackLimits,
-) -> Result<()> {
-    match unpack::unpack_layer_within(layer, root, true, budget.bytes) {
-        Err(unpack::UnpackError::TooLarge { .. }) => Err(budget.exceeded(at, layer, limits)),
-        Err(source) => Err(Error::Layer {
-            layer: layer.into(),
-            source,
-        }),
-        Ok(()) => Ok(()),
-    }
-}
 
 /// What an unpack and seal on `mounted` made, judged by its disk server too: a write the
 /// host had no room for fails inside the guest filesystem as an I/O error (or a freeze's,
@@ -219,7 +164,7 @@ impl Images {
         }
         let root = work.path().join("bottom");
         std::fs::create_dir(&root).at(&root)?;
-        unpack_within(layer, &root, budget, at, limits)?;
+        unpack_within(layer, &root, true, budget, at, limits)?;
         let size = ext4_size(&root)?;
         let image = work.path().join("bottom.ext4");
         disk::build_ext4_image(&root, &image, size).map_err(disk_err)?;
@@ -270,7 +215,7 @@ impl Images {
                 ..disk::MountOptions::default()
             };
             let mounted = disk::MountedDisk::mount(&spec, &mnt, options).map_err(disk_err)?;
-            let sealed = unpack_within(layer, &mnt, budget, store.root(), limits)
+            let sealed = unpack_within(layer, &mnt, true, budget, store.root(), limits)
                 .and_then(|()| mounted.seal().map_err(disk_err));
             let sealed = writes_kept(&mounted, sealed);
             let down = mounted.teardown().map_err(disk_err);

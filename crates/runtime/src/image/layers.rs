@@ -6,14 +6,25 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::ImageConfiguration;
 use serde::Deserialize;
 
-use super::{report, unpack, Defaults, ProgressFn};
+use super::budget::{unpack_within, Budget};
+use super::{report, Defaults, ProgressFn, UnpackLimits};
 use crate::error::{Error, IoContext, Result};
 
-/// Unpacks a (possibly gzip-compressed) root filesystem tarball into `root`.
-pub fn import_tarball(tarball: &Path, root: &Path, progress: ProgressFn<'_>) -> Result<()> {
+/// Unpacks a (possibly gzip-compressed) root filesystem tarball into `root`, within
+/// `limits` (the stream is counted as it inflates: a gzip bomb stops at the cap).
+pub fn import_tarball(
+    tarball: &Path,
+    root: &Path,
+    limits: UnpackLimits,
+    progress: ProgressFn<'_>,
+) -> Result<()> {
     report(progress, "unpack", tarball.display().to_string());
-    unpack_layer(tarball, root, false)
+    let budget = Budget::of(limits, root, 1)?;
+    unpack_within(tarball, root, false, budget, root, limits)
 }
+
+/// Largest index, manifest or config read from an OCI layout.
+const MAX_LAYOUT_JSON: u64 = 8 << 20;
 
 #[derive(Deserialize)]
 struct Index {
@@ -34,8 +45,14 @@ struct Manifest {
 }
 
 /// Applies the layers of the first image in an OCI image layout directory to `root`, in
-/// order, honouring whiteouts. Returns what the image's config gives its sandboxes.
-pub fn import_oci_layout(layout: &Path, root: &Path, progress: ProgressFn<'_>) -> Result<Defaults> {
+/// order, honouring whiteouts, each within `limits`. Returns what the image's config gives
+/// its sandboxes.
+pub fn import_oci_layout(
+    layout: &Path,
+    root: &Path,
+    limits: UnpackLimits,
+    progress: ProgressFn<'_>,
+) -> Result<Defaults> {
     let index: Index = read_json(&layout.join("index.json"))?;
     let first = index
         .manifests
@@ -52,16 +69,18 @@ pub fn import_oci_layout(layout: &Path, root: &Path, progress: ProgressFn<'_>) -
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    unpack_layers(&layers, root, progress)?;
+    unpack_layers(&layers, root, limits, progress)?;
     let config: ImageConfiguration = read_json(&blob(layout, &manifest.config.digest)?)?;
     Ok(defaults_of(&config))
 }
 
 /// Applies image layers (a tar blob and its media type each, bottom first) to `root`,
-/// honouring whiteouts.
+/// honouring whiteouts. Each is held to `limits`, with room left for the ext4 image the
+/// root is made into afterwards.
 pub fn unpack_layers(
     layers: &[(PathBuf, String)],
     root: &Path,
+    limits: UnpackLimits,
     progress: ProgressFn<'_>,
 ) -> Result<()> {
     let n = layers.len();
@@ -70,7 +89,8 @@ pub fn unpack_layers(
         if media.contains("zstd") {
             return Err(bad("zstd-compressed layers are not supported"));
         }
-        unpack_layer(path, root, true)?;
+        let budget = Budget::of(limits, root, 2)?;
+        unpack_within(path, root, true, budget, root, limits)?;
     }
     Ok(())
 }
@@ -109,8 +129,20 @@ fn bad(msg: &str) -> Error {
     Error::Image(format!("OCI layout: {msg}"))
 }
 
+/// Reads a JSON file of the layout, refusing one over [`MAX_LAYOUT_JSON`].
 fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T> {
-    let bytes = std::fs::read(path).at(path)?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_LAYOUT_JSON + 1).read_to_end(&mut bytes))
+        .at(path)?;
+    if bytes.len() as u64 > MAX_LAYOUT_JSON {
+        return Err(Error::TooLarge(format!(
+            "OCI layout: {} is over {} MiB",
+            path.display(),
+            MAX_LAYOUT_JSON >> 20
+        )));
+    }
     serde_json::from_slice(&bytes).map_err(|source| Error::Record {
         path: path.into(),
         source,
@@ -127,12 +159,4 @@ fn blob(layout: &Path, digest: &str) -> Result<PathBuf> {
         return Err(bad("malformed digest"));
     }
     Ok(layout.join("blobs").join(algo).join(hex))
-}
-
-/// Unpacks one layer (see [`unpack::unpack_layer`]).
-fn unpack_layer(path: &Path, root: &Path, whiteouts: bool) -> Result<()> {
-    unpack::unpack_layer(path, root, whiteouts).map_err(|source| Error::Layer {
-        layer: path.into(),
-        source,
-    })
 }

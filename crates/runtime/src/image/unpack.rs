@@ -63,6 +63,7 @@ pub enum UnpackError {
 /// Unpacks the tarball `layer` (gzip-compressed or not) into `root`. With `whiteouts`
 /// (an OCI layer), a first pass applies the layer's deletions to what lower layers left,
 /// a second pass unpacks everything else; without, `.wh.` files are ordinary files.
+#[cfg(test)]
 pub fn unpack_layer(layer: &Path, root: &Path, whiteouts: bool) -> Result<(), UnpackError> {
     unpack_layer_within(layer, root, whiteouts, u64::MAX)
 }

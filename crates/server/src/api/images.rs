@@ -254,15 +254,31 @@ async fn receive_context(
         .map_err(|e| crate::error::Error::InvalidArgument(format!("build context: {e}")))?;
     super::snapshots::receive(body, tar, m.config()).await?;
     let (tar, context) = (tar.to_path_buf(), context.to_path_buf());
-    tokio::task::spawn_blocking(move || runtime::image::import_tarball(&tar, &context, &|_| {}))
-        .await
-        .map_err(|e| crate::error::Error::InvalidArgument(e.to_string()))?
-        .map_err(|e| {
-            crate::error::Error::InvalidArgument(format!(
-                "build context: {}",
-                model::error_chain(&e)
-            ))
-        })
+    // A compressed context inflates within the import cap and the free-space floor.
+    let limits = runtime::image::UnpackLimits {
+        max_bytes: m.config().max_import_bytes,
+        floor_bytes: crate::config::IMPORT_SPACE_FLOOR,
+    };
+    tokio::task::spawn_blocking(move || {
+        runtime::image::import_tarball(&tar, &context, limits, &|_| {})
+    })
+    .await
+    .map_err(|e| crate::error::Error::InvalidArgument(e.to_string()))?
+    .map_err(context_error)
+}
+
+/// A build context that could not be unpacked: too large or out of space as such, else
+/// a bad archive.
+fn context_error(e: runtime::Error) -> crate::error::Error {
+    use crate::error::Error;
+    let chain = model::error_chain(&e);
+    match e {
+        runtime::Error::TooLarge(_) => Error::TooLarge(format!("build context: {chain}")),
+        _ if crate::error::says_storage_full(&chain) => {
+            Error::InsufficientStorage(format!("Out of disk space: build context: {chain}"))
+        }
+        _ => Error::InvalidArgument(format!("build context: {chain}")),
+    }
 }
 
 /// Runs a build with a progress channel and streams its events: progress lines, then

@@ -291,9 +291,10 @@ impl Manager {
             Err(e) => {
                 tracing::warn!(sandbox = %id, error = %e, "restore failed");
                 let _ = self.backend.destroy(&id).await;
+                let e = self.integrity_failure(rec).unwrap_or_else(|| e.into());
                 self.set_state(entry, p.failure, Some(format!("Restore failed: {e}")))
                     .await?;
-                Err(e.into())
+                Err(e)
             }
         }
     }

@@ -100,6 +100,7 @@ fn remote_err(e: RemoteError) -> Error {
     match e {
         RemoteError::NotFound(what) => Error::NotFound(format!("Not in the object store: {what}")),
         RemoteError::Invalid(m) => Error::Conflict(format!("Refused from the object store: {m}")),
+        RemoteError::Integrity(m) => Error::Integrity(format!("Refused from the object store: {m}")),
         RemoteError::Config(m) => Error::InvalidArgument(m),
         other => unavailable(other.to_string()),
     }
@@ -806,6 +807,20 @@ async fn release_pages(r: &Remote, images: Option<PathBuf>, pages: Vec<ServedPag
 }
 
 impl Manager {
+    /// Why a restore from `rec` failed, when a chunk of its disk or pages layers fetched
+    /// from the bucket failed its hash (the restore itself only saw an I/O error).
+    pub(super) fn integrity_failure(&self, rec: &SnapshotRecord) -> Option<Error> {
+        let r = self.remote().ok()?;
+        let top: LayerId = rec.layer_id.parse().ok()?;
+        let mut layers = r.store.chain_of(&top).unwrap_or_else(|_| vec![top]);
+        layers.extend(rec.pages.iter().filter_map(|p| p.layer.parse().ok()));
+        let what = r.chunks.integrity_failure(&layers)?;
+        Some(Error::Integrity(format!(
+            "Snapshot {} failed its integrity check: {what}",
+            rec.view.id
+        )))
+    }
+
     /// What a pulled snapshot's pages files hold here goes with it.
     pub(super) async fn release_snapshot_pages(&self, rec: &SnapshotRecord) {
         if rec.pages.is_empty() {

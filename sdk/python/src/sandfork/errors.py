@@ -318,6 +318,7 @@ _BY_CODE: Dict[str, Type[SandboxError]] = {
     "over_capacity": CapacityError,
     "unavailable": UnavailableError,
     "insufficient_storage": ServerError,
+    "integrity": ServerError,
     "runtime_error": ServerError,
     "internal": ServerError,
 }
