@@ -5,26 +5,17 @@ import { ApiError, json, setToken, token } from "./api";
 import { sandboxesView } from "./views/sandboxes";
 import { snapshotsView } from "./views/snapshots";
 import { sandboxView } from "./views/sandbox";
+import type { View } from "./views/view";
 
 const app = document.getElementById("app")!;
 const logout = document.getElementById("logout") as HTMLButtonElement;
 let leave: (() => void) | undefined;
-
-/** A view draws into its element and returns what stops its timers and streams. */
-export type View = (root: HTMLElement, param: string | undefined) => Promise<() => void>;
 
 const routes: [RegExp, View][] = [
   [/^#\/?$/, sandboxesView],
   [/^#\/snapshots$/, snapshotsView],
   [/^#\/sandboxes\/([^/]+)$/, sandboxView],
 ];
-
-export function toast(message: string): void {
-  const el = document.getElementById("toast")!;
-  el.textContent = message;
-  el.hidden = false;
-  setTimeout(() => (el.hidden = true), 4000);
-}
 
 async function route(): Promise<void> {
   leave?.();

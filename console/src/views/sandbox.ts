@@ -6,7 +6,7 @@ import "@xterm/xterm/css/xterm.css";
 
 import { ApiError, call, json, ndjson, socketUrl, type FileEntry, type Process, type Sandbox } from "../api";
 import { age, bytes, h, labels } from "../dom";
-import { toast, type View } from "../main";
+import { toast, type View } from "./view";
 
 /** Output kept in a panel's view at most (older lines drop off, so a flood cannot hang the page). */
 const MAX_LINES = 2000;

@@ -2,7 +2,7 @@
 
 import { json, type Sandbox, type Stats } from "../api";
 import { age, bytes, h, labels } from "../dom";
-import { toast, type View } from "../main";
+import { toast, type View } from "./view";
 
 export const sandboxesView: View = async (root) => {
   const body = h("tbody");

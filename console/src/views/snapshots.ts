@@ -3,7 +3,7 @@
 
 import { json, type Sandbox, type Snapshot } from "../api";
 import { bytes, h } from "../dom";
-import type { View } from "../main";
+import type { View } from "./view";
 
 const SVG = "http://www.w3.org/2000/svg";
 const W = 190;
