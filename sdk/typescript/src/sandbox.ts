@@ -7,7 +7,7 @@ import { SandboxError, TimeoutError } from "./errors.js";
 import { Files } from "./files.js";
 import { Process, startProcess, type StartProcessOptions } from "./process.js";
 import { Pty } from "./pty.js";
-import { forkResult, Snapshot, type ForkOptions, type ForkResult } from "./snapshot.js";
+import { Snapshot } from "./snapshot.js";
 import { seg } from "./transport.js";
 import {
   camelize,
@@ -180,13 +180,7 @@ export class Sandbox {
     return new Snapshot(this.client, camelize(doc));
   }
 
-  /** Checkpoints this sandbox's memory and starts `count` independent copies of it. */
-  async fork(count: number, options: ForkOptions = {}): Promise<ForkResult> {
-    const { signal, ...rest } = options;
-    const json = snakeize({ ...rest, count });
-    const doc = await this.transport.json<components["schemas"]["ForkResult"]>("POST", `${this.route}/fork`, { json, signal, idleTimeoutMs: 0 });
-    return forkResult(this.client, doc);
-  }
+  // `fork` is in fork.ts, with the other calls that start sandboxes from a snapshot.
 
   /** Suspends the sandbox: a memory checkpoint, then its processes stop and free their
    * memory. Any call that needs it running resumes it. */

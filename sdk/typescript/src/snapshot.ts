@@ -1,65 +1,13 @@
 /** Snapshots: a sandbox's disk (and with a memory checkpoint, its running processes) kept
- * to restore, fork, export and import. */
+ * to restore, fork (both in `fork.ts`), export and import. */
 
 import { createReadStream } from "node:fs";
 import type { Readable } from "node:stream";
 
 import { Client } from "./client.js";
 import { saveTo, seg } from "./transport.js";
-import { camelize, snakeize, type ForkChild, type ForkRequest, type SnapshotInfo, type SnapshotType } from "./wire.js";
-import { Sandbox, type CreateOptions } from "./sandbox.js";
+import { camelize, type SnapshotInfo, type SnapshotType } from "./wire.js";
 import type { components } from "./openapi.js";
-
-/** What a fork takes: every child's env, secrets and labels, per-child additions, names and
- * idle timeout. */
-export type ForkOptions = Omit<ForkRequest, "count"> & { signal?: AbortSignal };
-
-/** A child that failed to start, and why. */
-export interface ForkFailure {
-  index: number;
-  code: string;
-  message: string;
-}
-
-/** The sandboxes a fork started, in index order: an array (`map`, `length`, indexing), as
- * the Python SDK's is a list, plus the snapshot they came from and the children that did
- * not start (each child succeeds or fails on its own). */
-export class ForkResult extends Array<Sandbox> {
-  /** @internal */
-  constructor(
-    /** The snapshot the children started from. */
-    readonly snapshotId: string,
-    sandboxes: Sandbox[],
-    /** The children that did not start, with why. */
-    readonly errors: ForkFailure[],
-  ) {
-    super();
-    this.push(...sandboxes);
-  }
-
-  /** `map`, `filter` and the like give plain arrays (never this constructor). */
-  static override get [Symbol.species](): ArrayConstructor {
-    return Array;
-  }
-
-  /** The children that started (the array itself, for code written against the older shape). */
-  get sandboxes(): Sandbox[] {
-    return [...this];
-  }
-
-  /** Terminates every child that started. */
-  async terminateAll(): Promise<void> {
-    await Promise.all(this.map((s) => s.terminate()));
-  }
-}
-
-/** @internal The fork result of the daemon's `ForkResult` document. */
-export function forkResult(client: Client, doc: components["schemas"]["ForkResult"]): ForkResult {
-  const children = camelize<ForkChild[]>(doc.children);
-  const started = children.filter((c) => c.sandbox).map((c) => new Sandbox(client, c.sandbox!));
-  const failed = children.filter((c) => !c.sandbox).map((c) => ({ index: c.index, code: c.error?.code ?? "failed", message: c.error?.message ?? "the child did not start" }));
-  return new ForkResult(doc.snapshot_id, started, failed);
-}
 
 /** A snapshot. */
 export class Snapshot {
@@ -103,19 +51,6 @@ export class Snapshot {
   async publish(options: { signal?: AbortSignal } = {}): Promise<Snapshot> {
     this.info = camelize(await this.client.transport.json("POST", `/v1/snapshots/${seg(this.id)}/publish`, { signal: options.signal, idleTimeoutMs: 0 }));
     return this;
-  }
-
-  /** Starts `count` independent sandboxes from this snapshot in one call. */
-  async fork(count: number, options: ForkOptions = {}): Promise<ForkResult> {
-    const { signal, ...rest } = options;
-    const json = snakeize({ ...rest, count });
-    const doc = await this.client.transport.json<components["schemas"]["ForkResult"]>("POST", `/v1/snapshots/${seg(this.id)}/fork`, { json, signal, idleTimeoutMs: 0 });
-    return forkResult(this.client, doc);
-  }
-
-  /** Starts one sandbox from this snapshot (a memory snapshot: warm, its processes running). */
-  async restore(options: Omit<CreateOptions, "snapshotId" | "image" | "client"> = {}): Promise<Sandbox> {
-    return Sandbox.create({ ...options, snapshotId: this.id, client: this.client });
   }
 
   /** Deletes the snapshot; sandboxes started from it keep working. With `everywhere`, it
