@@ -11,6 +11,7 @@ use proto::agent::{LogLine, Message, OutputStream};
 use proto::codec::CodecError;
 use tokio::sync::watch;
 
+use super::clock::unix_ms;
 use super::wire::{Reader, Writer};
 
 /// Lines kept.
@@ -38,7 +39,7 @@ impl Inner {
         self.bytes += text.len();
         self.lines.push_back(LogLine {
             seq: self.next_seq,
-            unix_ms: super::procs::unix_ms(),
+            unix_ms: unix_ms(),
             process,
             stream,
             text,

@@ -1,5 +1,6 @@
 //! The agent: init duties (reaping, signal forwarding) and the request server.
 
+mod clock;
 mod conn;
 mod errors;
 mod exec;

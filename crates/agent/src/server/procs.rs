@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use proto::agent::{
     AgentError, ErrorKind, ExitInfo, ExitStatus, Message, OutputMode, OutputStream, ProcessInfo,
@@ -13,6 +13,7 @@ use proto::agent::{
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
+use super::clock::unix_ms;
 use super::errors::invalid;
 use super::group::Group;
 use super::logbook::LogBook;
@@ -282,12 +283,6 @@ impl ProcTable {
             procs.remove(id);
         }
     }
-}
-
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Operations on one background process.

@@ -17,8 +17,9 @@ use proto::agent::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::clock::unix_ms;
 use super::errors::invalid;
-use super::procs::{unix_ms, Proc};
+use super::procs::Proc;
 use super::supervisor::Supervisor;
 use super::Agent;
 
