@@ -181,7 +181,7 @@ impl Store {
         let layers = walk(input, &mut importer)?;
         for id in &importer.fresh {
             let dir = importer.staging.dir.join(id.as_str());
-            crate::compact::publish(self, &dir, id)?;
+            self.publish_layer(&dir, id)?;
         }
         layers
             .last()

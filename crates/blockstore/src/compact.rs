@@ -1,14 +1,13 @@
 //! Compaction: merging a run of adjacent sealed layers into one new sealed layer.
 
-use std::fs;
 use std::sync::Arc;
 
 use crate::bitmap::Bitmap;
-use crate::fsutil::{self, AlignedBuf};
+use crate::fsutil::AlignedBuf;
 use crate::id::LayerId;
 use crate::layer::{runs, Layer, MAX_RUN};
 use crate::store::Store;
-use crate::{Error, Result, BLOCK_SIZE};
+use crate::{Result, BLOCK_SIZE};
 
 /// Builds, in tmp/, a layer equal to reading `run` (bottom to top) over the run's parent,
 /// then moves it into layers/. Reads only sealed, immutable layers, so it runs while the
@@ -45,7 +44,7 @@ pub(crate) fn merge(store: &Store, run: &[Arc<Layer>]) -> Result<Arc<Layer>> {
     copy_blocks(run, &out, &data_blocks)?;
     out.sync_data()?;
     out.seal()?;
-    publish(store, &staging, &id)?;
+    store.publish_layer(&staging, &id)?;
     store.load_sealed(&id)
 }
 
@@ -71,13 +70,4 @@ fn copy_blocks(run: &[Arc<Layer>], out: &Layer, blocks: &[(u64, usize)]) -> Resu
         i = j;
     }
     Ok(())
-}
-
-/// Moves a fully written layer from staging into layers/ (an atomic rename).
-pub(crate) fn publish(store: &Store, staging: &std::path::Path, id: &LayerId) -> Result<()> {
-    let target = store.layer_dir(id);
-    fs::rename(staging, &target)
-        .map_err(|e| Error::io(format!("move layer {id} into place"), e))?;
-    fsutil::fsync_dir(&store.dir("layers"))?;
-    fsutil::fsync_dir(&store.dir("tmp"))
 }

@@ -63,7 +63,7 @@ impl Store {
             .and_then(|()| {
                 layer.sync_data()?;
                 layer.seal()?;
-                crate::compact::publish(self, &staging, &id)
+                self.publish_layer(&staging, &id)
             });
         if res.is_err() {
             let _ = std::fs::remove_dir_all(&staging);

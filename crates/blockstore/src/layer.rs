@@ -15,6 +15,7 @@ use crate::bitmap::{Bitmap, HashTable};
 use crate::fsutil::{self, AlignedBuf};
 use crate::id::LayerId;
 use crate::meta::{self, Header};
+use crate::partial::Partial;
 use crate::{Error, Result, BLOCK_SIZE};
 
 const BS: usize = BLOCK_SIZE as usize;
@@ -43,7 +44,7 @@ pub struct Layer {
     /// Set while the layer's own directory entry has not been synced.
     unsynced_dir: AtomicBool,
     /// For a partial layer (its blocks still arriving from an object store): what is here.
-    pub(crate) partial: Option<crate::remote::Partial>,
+    pub(crate) partial: Option<Partial>,
 }
 
 /// What a block of a disk resolves to.

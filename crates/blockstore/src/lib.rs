@@ -14,6 +14,7 @@ mod id;
 mod image;
 mod layer;
 mod meta;
+mod partial;
 mod refs;
 pub mod remote;
 mod store;

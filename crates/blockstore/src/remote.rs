@@ -19,6 +19,9 @@
 //! the table's blake3 and each block against its hash in `meta` before a bit is set. Once
 //! every chunk is present both files go and the layer is an ordinary one.
 //!
+//! What a loaded layer reads through — its present bitmap and the [`Fetch`] — is
+//! `crate::partial`, so that the store and the layers need nothing of this module.
+//!
 //! Chunk table (little-endian): `"SFCHUNK1" | chunk blocks u32 | count u32 | count ×
 //! (chunk u32, blocks u16, blake3 32) | blake3 of everything before`.
 
@@ -33,33 +36,24 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::bitmap::Bitmap;
 use crate::fsutil;
 use crate::id::LayerId;
 use crate::layer::{self, runs, Layer, MAX_RUN};
 use crate::meta::{self, Meta};
+use crate::partial::chunks_of;
 use crate::store::Store;
 use crate::{Error, Result, BLOCK_SIZE};
 
-/// Blocks of a layer's address space per chunk (1 MiB).
-pub const CHUNK_BLOCKS: u64 = 256;
+pub use crate::partial::{Fetch, CHUNK_BLOCKS, PRESENT_FILE};
+
 /// The chunk table inside a partial layer's directory.
 pub const CHUNKS_FILE: &str = "chunks";
-/// The present bitmap inside a partial layer's directory.
-pub const PRESENT_FILE: &str = "present";
 /// The socket in a store's root where the store's owner answers fetches.
 pub const FETCH_SOCKET: &str = "fetch.sock";
 
 const MAGIC: &[u8; 8] = b"SFCHUNK1";
 const ENTRY_LEN: usize = 4 + 2 + 32;
 const BS: usize = BLOCK_SIZE as usize;
-
-/// Brings a chunk of a partial layer here.
-pub trait Fetch: Send + Sync {
-    /// Returns once chunk `chunk` of layer `layer` is present (written with
-    /// [`Store::fill_chunk`] by whoever fetched it), or says why it is not.
-    fn fetch(&self, layer: &LayerId, chunk: u64) -> std::io::Result<()>;
-}
 
 /// One chunk holding blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,82 +199,6 @@ fn held(m: &Meta) -> impl Iterator<Item = u64> + '_ {
     m.dirty.iter_ones().filter(|&b| !m.zero.get(b))
 }
 
-fn chunks_of(size_blocks: u64) -> u64 {
-    size_blocks.div_ceil(CHUNK_BLOCKS)
-}
-
-/// What a loaded layer knows of its missing chunks.
-pub(crate) struct Partial {
-    present: File,
-    /// Chunks seen present (bits only ever get set while the layer exists).
-    known: Bitmap,
-    fetch: Option<Arc<dyn Fetch>>,
-}
-
-impl Partial {
-    /// The partial state of the layer in `dir`, or None for a whole layer.
-    pub(crate) fn open(
-        dir: &Path,
-        size_blocks: u64,
-        fetch: Option<Arc<dyn Fetch>>,
-    ) -> Result<Option<Partial>> {
-        let path = dir.join(PRESENT_FILE);
-        let present = match File::open(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            r => r.map_err(|e| Error::io(format!("open {}", path.display()), e))?,
-        };
-        Ok(Some(Partial {
-            present,
-            known: Bitmap::new(chunks_of(size_blocks)),
-            fetch,
-        }))
-    }
-
-    fn is_present(&self, chunk: u64) -> Result<bool> {
-        if self.known.get(chunk) {
-            return Ok(true);
-        }
-        let mut byte = [0u8; 1];
-        let n = self
-            .present
-            .read_at(&mut byte, chunk / 8)
-            .map_err(|e| Error::io("read the present bitmap", e))?;
-        let set = n == 1 && byte[0] & (1 << (chunk % 8)) != 0;
-        if set {
-            self.known.set(chunk);
-        }
-        Ok(set)
-    }
-
-    /// Makes sure blocks `first..first + count` of layer `id` are in its data file.
-    pub(crate) fn ensure(&self, id: &LayerId, first: u64, count: u64) -> Result<()> {
-        if count == 0 {
-            return Ok(());
-        }
-        for chunk in first / CHUNK_BLOCKS..=(first + count - 1) / CHUNK_BLOCKS {
-            if self.is_present(chunk)? {
-                continue;
-            }
-            let Some(fetch) = &self.fetch else {
-                return Err(Error::io(
-                    format!("layer {id} is only partly here and nothing fetches its chunk {chunk}"),
-                    std::io::ErrorKind::NotConnected.into(),
-                ));
-            };
-            fetch
-                .fetch(id, chunk)
-                .map_err(|e| Error::io(format!("fetch chunk {chunk} of layer {id}"), e))?;
-            if !self.is_present(chunk)? {
-                return Err(Error::io(
-                    format!("chunk {chunk} of layer {id} is still missing after its fetch"),
-                    std::io::ErrorKind::NotFound.into(),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// A layer to add as partial: its metadata record and chunk table, as published.
 #[derive(Clone, Debug)]
 pub struct RemoteLayer {
@@ -349,7 +267,7 @@ impl Store {
             fsutil::atomic_write(&dir, PRESENT_FILE, &bits)?;
             fsutil::atomic_write(&dir, CHUNKS_FILE, &l.chunks)?;
             fsutil::atomic_write(&dir, layer::META_FILE, &l.meta)?;
-            crate::compact::publish(self, &dir, id)
+            self.publish_layer(&dir, id)
         })();
         if staged.is_err() {
             let _ = fs::remove_dir_all(&dir);

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{self, FileLock};
 use crate::id::{validate_name, LayerId};
 use crate::layer::Layer;
+use crate::partial::{Fetch, Partial};
 use crate::{Error, Result, BLOCK_SIZE};
 
 /// Options for opening a store.
@@ -46,8 +47,8 @@ pub(crate) struct Inner {
     pub root: PathBuf,
     pub opts: StoreOptions,
     cache: Mutex<HashMap<LayerId, Weak<Layer>>>,
-    /// What fetches the chunks of partial layers (`crate::remote`).
-    pub(crate) fetch: std::sync::OnceLock<Arc<dyn crate::remote::Fetch>>,
+    /// What fetches the chunks of partial layers (`crate::partial`).
+    pub(crate) fetch: std::sync::OnceLock<Arc<dyn Fetch>>,
 }
 
 /// A block store rooted at a directory. Cheap to clone; safe to share between threads.
@@ -208,6 +209,15 @@ impl Store {
         Layer::create(&self.layer_dir(&id), id, parent, blocks, direct, false)
     }
 
+    /// Moves a fully written layer from staging into layers/ (an atomic rename).
+    pub(crate) fn publish_layer(&self, staging: &Path, id: &LayerId) -> Result<()> {
+        let target = self.layer_dir(id);
+        fs::rename(staging, &target)
+            .map_err(|e| Error::io(format!("move layer {id} into place"), e))?;
+        fsutil::fsync_dir(&self.dir("layers"))?;
+        fsutil::fsync_dir(&self.dir("tmp"))
+    }
+
     pub(crate) fn read_manifest(&self, name: &str) -> Result<Manifest> {
         validate_name(name)?;
         let path = self.manifest_path(name);
@@ -257,7 +267,7 @@ impl Store {
         if !layer.is_sealed() {
             return Err(Error::NotSealed(id.to_string()));
         }
-        layer.partial = crate::remote::Partial::open(&dir, layer.size_blocks, self.fetcher())?;
+        layer.partial = Partial::open(&dir, layer.size_blocks, self.fetcher())?;
         Ok(layer)
     }
 
