@@ -9,6 +9,10 @@ are installed into it when they are not there yet — the only step that needs t
 package index. Then each suite runs in a pytest of its own; all run, and the exit status
 is non-zero if any failed.
 
+The Harbor suite (harbor_sandfork) needs Python >= 3.12: its tests run here, and Harbor
+runs in a Debian 13 tool root that harbor_sandfork/harbor_root.py makes (cached under
+/var/cache/sandfork/harbor; debootstrap and pip on the first run).
+
     python3 integrations/run_tests.py                 # every suite
     python3 integrations/run_tests.py inspect_sandfork -k eval
     python3 integrations/run_tests.py --install-only  # prints the venv's python
@@ -25,8 +29,11 @@ from typing import Dict, List
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 VENV = Path(os.environ.get("SANDFORK_INTEGRATIONS_VENV", "/var/cache/sandfork/integrations/venv"))
-SUITES = ["inspect_sandfork", "agents_sandfork"]
-EDITABLE = {"sandfork": REPO / "sdk" / "python", **{name: HERE / name for name in SUITES}}
+SUITES = ["inspect_sandfork", "agents_sandfork", "harbor_sandfork"]
+# Installed into the venv. harbor_sandfork is not: Harbor needs Python >= 3.12, so its suite
+# runs Harbor in a tool root of its own (harbor_sandfork/harbor_root.py) and needs only
+# the SDK here.
+EDITABLE = {"sandfork": REPO / "sdk" / "python", **{name: HERE / name for name in ("inspect_sandfork", "agents_sandfork")}}
 INSTALL_TIMEOUT = 1800
 
 

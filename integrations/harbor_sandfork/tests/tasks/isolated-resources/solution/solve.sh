@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+ls /sys/class/net > /root/interfaces.txt
