@@ -127,17 +127,17 @@ def harbor_run(jobs_dir: Path, dataset: Path, *args: str, job_name: str = "job")
     return Job(done.returncode, output, trials)
 
 
-def sandboxes_since(started: float) -> List[Dict[str, str]]:
-    """The labels of the sandboxes this environment made since ``started`` (time.time())."""
+def sandboxes_of(job: Job) -> List[Dict[str, str]]:
+    """The labels of the sandboxes (live or terminated) this environment made for the
+    trials of ``job`` (Harbor names a trial's environment session ``<trial>__env``)."""
     from sandfork import Sandbox
 
+    sessions = {t.name + "__env" for t in job.trials}
     out = []
-    for state in (None, "terminated"):
-        for info in Sandbox.list(state=state) if state else Sandbox.list():
-            labels = info.labels or {}
-            created = info.created_at.timestamp() if info.created_at else 0
-            if "harbor-sandfork" in labels and created >= started - 1:
-                out.append(dict(labels))
+    for info in [*Sandbox.list(), *Sandbox.list(state="terminated")]:
+        labels = info.labels or {}
+        if "harbor-sandfork" in labels and labels.get("harbor-session") in sessions:
+            out.append(dict(labels))
     return out
 
 

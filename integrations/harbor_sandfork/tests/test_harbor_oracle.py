@@ -7,12 +7,11 @@ gets reward 0; what sandfork cannot serve fails the trial naming it."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import FAILING_TASKS, TASKS, harbor_run, sandboxes_since
+from conftest import FAILING_TASKS, TASKS, harbor_run, sandboxes_of
 
 pytestmark = pytest.mark.usefixtures("daemon", "python_image", "root", "no_leaks")
 
@@ -20,12 +19,11 @@ TASK_NAMES = sorted(p.name for p in TASKS.iterdir() if (p / "task.toml").is_file
 
 
 def test_the_oracle_passes_every_task_in_fresh_sandboxes(tmp_path: Path) -> None:
-    started = time.time()
     job = harbor_run(tmp_path, TASKS, "-n", "2")
     assert job.returncode == 0, job.output[-3000:]
     assert not job.exceptions(), job.exceptions()
     assert job.rewards() == {name: [1.0] for name in TASK_NAMES}, job.output[-3000:]
-    made = Counter((labels["harbor-task"], labels["harbor-sandfork"]) for labels in sandboxes_since(started))
+    made = Counter((labels["harbor-task"], labels["harbor-sandfork"]) for labels in sandboxes_of(job))
     assert made == Counter({(name, "trial"): 1 for name in TASK_NAMES}), made
 
 
@@ -33,12 +31,11 @@ def test_with_fork_every_further_trial_is_a_fork_of_the_first(tmp_path: Path) ->
     """-k 3 -n 3: three trials of each task at once; one builds, starts and checkpoints
     under the task's lock, the two others restore its checkpoint; all pass, and the
     snapshots are gone when Harbor exits (the no_leaks fixture checks)."""
-    started = time.time()
     job = harbor_run(tmp_path, TASKS, "-n", "3", "-k", "3", "--ek", "fork=true")
     assert job.returncode == 0, job.output[-3000:]
     assert not job.exceptions(), job.exceptions()
     assert job.rewards() == {name: [1.0, 1.0, 1.0] for name in TASK_NAMES}, job.output[-3000:]
-    made = Counter((labels["harbor-task"], labels["harbor-sandfork"]) for labels in sandboxes_since(started))
+    made = Counter((labels["harbor-task"], labels["harbor-sandfork"]) for labels in sandboxes_of(job))
     expected = Counter({(name, "trial"): 1 for name in TASK_NAMES}) + Counter({(name, "fork"): 2 for name in TASK_NAMES})
     assert made == expected, made
 
