@@ -76,7 +76,7 @@ class H(BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
         except OSError:
             pass
-    do_GET = do_HEAD = handle_one
+    do_GET = do_HEAD = do_POST = do_PUT = handle_one
 ThreadingHTTPServer.daemon_threads = True
 s = ThreadingHTTPServer((addr, port), H)
 print("ready", flush=True)
@@ -405,6 +405,40 @@ def test_a_public_registry_cannot_send_the_daemon_to_loopback(attempts, trust, v
             reg.route(f"/v2/app/x/blobs/{digest_of(layer)}", status=302, headers={"Location": target})
     ok, code, msg = pull(d, f"{reg.host}/app/x:1", USER, PASSWORD)
     attempts.refused(f"the {via} to loopback is refused, saying why", not ok and "loopback" in msg, f"{code}: {msg}")
+    attempts.refused("the loopback listener received nothing", not victim.requests(), json.dumps(victim.requests()))
+
+
+def push(d: Any, image: str, reference: str, username: Optional[str] = None, password: Optional[str] = None) -> Tuple[bool, str, str]:
+    """Pushes ``image`` (a built-in one, made first) through the API; returns (succeeded,
+    error code, message)."""
+    from sandfork import Client, Image, SandforkError
+
+    c = Client(url=d.url, token=d.token or "")
+    with c.open("POST", f"/v1/images/{image}/ensure", unbounded=True) as stream:
+        list(stream.iter_json_lines())
+    try:
+        Image.get(image, client=c).push(reference, username=username, password=password)
+        return True, "", ""
+    except SandforkError as e:
+        return False, str(getattr(e, "code", "")), str(e)
+
+
+@pytest.mark.promise("registry trust")
+@pytest.mark.parametrize("via", ["realm", "upload location"])
+def test_a_push_cannot_send_the_daemon_or_credentials_to_loopback(attempts, trust, via) -> None:
+    """A push to a registry not on loopback whose token realm or upload location names a
+    listener on the host's loopback: refused saying why, at every request of the push (the
+    push runs on the pull's guarded session, not on a preflight); the listener gets
+    nothing, credentials included."""
+    d, net, reg, other, victim = trust
+    target = f"http://{victim.host}/{via.replace(' ', '-')}"
+    if via == "realm":
+        challenge(reg, target)
+    else:
+        reg.route("/v2/", body=b"{}")
+        reg.route("/v2/app/x/blobs/uploads/", status=202, headers={"Location": target})
+    ok, code, msg = push(d, "busybox", f"{reg.host}/app/x:1", USER, PASSWORD)
+    attempts.refused(f"a push's {via} to loopback is refused, saying why", not ok and "loopback" in msg, f"{code}: {msg}")
     attempts.refused("the loopback listener received nothing", not victim.requests(), json.dumps(victim.requests()))
 
 

@@ -62,6 +62,9 @@ pub struct GatewayConfig {
     /// Speak plain HTTP to nodes off this machine (the node token then crosses the
     /// network in clear).
     pub allow_insecure_nodes: bool,
+    /// The gateway's client certificate for nodes (default: `gateway.pem`/`.key` beside
+    /// `node_ca`).
+    pub node_client_cert: Option<trust::ClientCert>,
     /// Ray's token (its token authentication is always on); made in `state_dir` when the
     /// gateway starts the head and none is given.
     pub ray_token_file: Option<PathBuf>,
@@ -164,6 +167,34 @@ impl Gateway {
     }
 }
 
+/// The TLS client for nodes: the cluster's authority (`node_ca`) and the gateway's client
+/// certificate (`node_client_cert`, else `gateway.pem` beside the authority), which nodes
+/// of the cluster ask for.
+fn node_connector(
+    config: &GatewayConfig,
+) -> Result<Option<tokio_rustls::TlsConnector>, GatewayError> {
+    let Some(ca) = config.node_ca.as_deref() else {
+        return Ok(None);
+    };
+    let client = config
+        .node_client_cert
+        .clone()
+        .or_else(|| trust::ClientCert::beside(ca))
+        .ok_or_else(|| {
+            GatewayError::Config(format!(
+                "--node-ca {}: no client certificate for the nodes, which ask for one \
+                 (--node-client-cert/--node-client-key, or {} and {} beside it, as \
+                 `sandfork cluster init` makes them)",
+                ca.display(),
+                trust::GATEWAY_CERT,
+                trust::GATEWAY_KEY
+            ))
+        })?;
+    trust::connector(ca, Some(&client))
+        .map(Some)
+        .map_err(|e| GatewayError::Config(e.to_string()))
+}
+
 /// Runs the gateway until `stop` resolves.
 pub async fn run(
     config: GatewayConfig,
@@ -186,7 +217,7 @@ pub async fn run(
     let token = Token::new(read_token(&config.token_file)?);
     let node_token = read_token(&config.node_token_file)?;
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(c), Some(k)) => Some(server::listen::tls_acceptor(c, k)?),
+        (Some(c), Some(k)) => Some(server::listen::tls_acceptor(c, k, None)?),
         (None, None) => None,
         _ => {
             return Err(GatewayError::Config(
@@ -215,12 +246,7 @@ pub async fn run(
         token_file: None,
     };
     let links = Arc::new(node::Links::new(
-        config
-            .node_ca
-            .as_deref()
-            .map(trust::connector)
-            .transpose()
-            .map_err(|e| GatewayError::Config(e.to_string()))?,
+        node_connector(&config)?,
         config.allow_insecure_nodes,
     ));
     let ray_token = ray_token(&config)?;

@@ -6,6 +6,7 @@
 //! DIR/ca.pem, DIR/ca.key     the cluster's certificate authority (keep ca.key off the nodes)
 //! DIR/ray.token              Ray's token: every Ray process of the cluster needs it
 //! DIR/node.token             the nodes' API token, which only the gateway presents
+//! DIR/gateway.pem, .key      the gateway's client certificate, which nodes ask for
 //! ```
 //!
 //! and `sandfork cluster issue DIR NAME --ip IP` a node's certificate (`NAME.pem`,
@@ -13,7 +14,11 @@
 //! with it (`--tls-cert`, `--tls-key`); the gateway (`--node-ca DIR/ca.pem`) speaks to a
 //! node only over TLS, and only when the node's certificate chains to the cluster's
 //! authority *and* names the node Ray reports: joining Ray and labelling oneself a
-//! sandfork node is not enough to receive a create, its secrets or the node token.
+//! sandfork node is not enough to receive a create, its secrets or the node token. The
+//! other way round, a node with `cluster_ca` asks every TCP client for a certificate the
+//! authority issued for client use: only the gateway's has that use (nodes' certificates
+//! serve only), so a node that turned hostile, though it holds the node token, cannot call
+//! another node's API.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -33,6 +38,9 @@ pub const CA_KEY: &str = "ca.key";
 pub const RAY_TOKEN: &str = "ray.token";
 /// The nodes' API token.
 pub const NODE_TOKEN: &str = "node.token";
+/// The gateway's client certificate and its key.
+pub const GATEWAY_CERT: &str = "gateway.pem";
+pub const GATEWAY_KEY: &str = "gateway.key";
 /// The authority's name (its certificate is made again from its key to sign with).
 const CA_NAME: &str = "sandfork cluster authority";
 
@@ -116,7 +124,25 @@ pub fn init(dir: &Path) -> Result<(), TrustError> {
             new_token(&dir.join(name))?;
         }
     }
-    Ok(())
+    issue_gateway(dir, &cert, &key)
+}
+
+/// The gateway's client certificate: for client use only, so no node can present it.
+fn issue_gateway(dir: &Path, ca: &rcgen::Certificate, ca_key: &KeyPair) -> Result<(), TrustError> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "sandfork gateway");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.not_after = rcgen::date_time_ymd(2035, 1, 1);
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, ca, ca_key)?;
+    write_new(
+        &dir.join(GATEWAY_KEY),
+        key.serialize_pem().as_bytes(),
+        0o600,
+    )?;
+    write_new(&dir.join(GATEWAY_CERT), cert.pem().as_bytes(), 0o644)
 }
 
 /// Writes a new random token (64 hex digits) to `path` (mode 0600; never over a file).
@@ -151,10 +177,8 @@ pub fn issue(dir: &Path, name: &str, ips: &[IpAddr]) -> Result<(PathBuf, PathBuf
         .subject_alt_names
         .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
     params.distinguished_name.push(DnType::CommonName, name);
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
+    // Serving only: a node's certificate never opens another node's API.
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.not_after = rcgen::date_time_ymd(2035, 1, 1);
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &ca, &ca_key)?;
@@ -167,8 +191,29 @@ pub fn issue(dir: &Path, name: &str, ips: &[IpAddr]) -> Result<(PathBuf, PathBuf
     Ok((cert_path, node_key))
 }
 
-/// A TLS client that trusts the authority in `ca` (a PEM file) and nothing else.
-pub fn connector(ca: &Path) -> Result<TlsConnector, TrustError> {
+/// The gateway's client certificate and key (PEM files).
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientCert {
+    /// The gateway's certificate beside the authority's `ca` (`cluster init` makes both),
+    /// when it is there.
+    pub fn beside(ca: &Path) -> Option<ClientCert> {
+        let dir = ca.parent()?;
+        let c = ClientCert {
+            cert: dir.join(GATEWAY_CERT),
+            key: dir.join(GATEWAY_KEY),
+        };
+        (c.cert.exists() && c.key.exists()).then_some(c)
+    }
+}
+
+/// A TLS client that trusts the authority in `ca` (a PEM file) and nothing else, and
+/// presents `client` when the server asks for a certificate.
+pub fn connector(ca: &Path, client: Option<&ClientCert>) -> Result<TlsConnector, TrustError> {
     let bytes = std::fs::read(ca).map_err(io(ca))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &bytes[..]).flatten() {
@@ -181,12 +226,43 @@ pub fn connector(ca: &Path) -> Result<TlsConnector, TrustError> {
         });
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut config = match client {
+        None => config.with_no_client_auth(),
+        Some(c) => {
+            let (certs, key) = read_pair(c)?;
+            config.with_client_auth_cert(certs, key)?
+        }
+    };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsConnector::from(Arc::new(config)))
+}
+
+type Pair = (
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+);
+
+fn read_pair(c: &ClientCert) -> Result<Pair, TrustError> {
+    let bytes = std::fs::read(&c.cert).map_err(io(&c.cert))?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut &bytes[..]).flatten().collect();
+    if certs.is_empty() {
+        return Err(TrustError::Missing {
+            path: c.cert.clone(),
+            what: "PEM certificate",
+        });
+    }
+    let bytes = std::fs::read(&c.key).map_err(io(&c.key))?;
+    let key = rustls_pemfile::private_key(&mut &bytes[..])
+        .ok()
+        .flatten()
+        .ok_or_else(|| TrustError::Missing {
+            path: c.key.clone(),
+            what: "PEM private key",
+        })?;
+    Ok((certs, key))
 }
 
 /// The TLS name a node's certificate must carry: its node name.
@@ -202,9 +278,10 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A TLS server on loopback with `cert`/`key` that answers one byte per connection.
-    async fn server(cert: &Path, key: &Path) -> std::net::SocketAddr {
-        let acceptor = server::listen::tls_acceptor(cert, key).unwrap();
+    /// A TLS server on loopback with `cert`/`key` that answers one byte per connection;
+    /// with `client_ca`, as a cluster's node: it asks for the gateway's certificate.
+    async fn server(cert: &Path, key: &Path, client_ca: Option<&Path>) -> std::net::SocketAddr {
+        let acceptor = server::listen::tls_acceptor(cert, key, client_ca).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -221,9 +298,14 @@ mod tests {
         addr
     }
 
-    async fn reaches(ca: &Path, addr: std::net::SocketAddr, name: &str) -> bool {
+    async fn reaches_as(
+        ca: &Path,
+        client: Option<&ClientCert>,
+        addr: std::net::SocketAddr,
+        name: &str,
+    ) -> bool {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let Ok(mut tls) = connector(ca)
+        let Ok(mut tls) = connector(ca, client)
             .unwrap()
             .connect(server_name(name).unwrap(), tcp)
             .await
@@ -234,6 +316,10 @@ mod tests {
         tls.read_exact(&mut b).await.is_ok()
     }
 
+    async fn reaches(ca: &Path, addr: std::net::SocketAddr, name: &str) -> bool {
+        reaches_as(ca, None, addr, name).await
+    }
+
     #[tokio::test]
     async fn a_node_is_reached_only_under_its_own_name_and_only_with_the_clusters_authority() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -242,14 +328,40 @@ mod tests {
         init(&other).unwrap();
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let (cert, key) = issue(&one, "node1", &[ip]).unwrap();
-        let addr = server(&cert, &key).await;
+        let addr = server(&cert, &key, None).await;
         assert!(reaches(&one.join(CA_CERT), addr, "node1").await);
         // Another node's name: a node labelled node2 in Ray but holding node1's certificate.
         assert!(!reaches(&one.join(CA_CERT), addr, "node2").await);
         // A certificate from another authority (a node that made its own).
         let (rogue_cert, rogue_key) = issue(&other, "node1", &[ip]).unwrap();
-        let rogue = server(&rogue_cert, &rogue_key).await;
+        let rogue = server(&rogue_cert, &rogue_key, None).await;
         assert!(!reaches(&one.join(CA_CERT), rogue, "node1").await);
+    }
+
+    #[tokio::test]
+    async fn a_node_answers_only_the_gateways_certificate() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (one, other) = (a.path().join("c"), b.path().join("c"));
+        init(&one).unwrap();
+        init(&other).unwrap();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let ca = one.join(CA_CERT);
+        let (cert, key) = issue(&one, "node1", &[ip]).unwrap();
+        let node = server(&cert, &key, Some(&ca)).await;
+        let gateway = ClientCert::beside(&ca).expect("init makes the gateway's certificate");
+        assert!(reaches_as(&ca, Some(&gateway), node, "node1").await);
+        // No certificate: the node token alone (which every node holds) opens nothing.
+        assert!(!reaches_as(&ca, None, node, "node1").await);
+        // Another node's own certificate, though the authority issued it: serving only.
+        let (peer_cert, peer_key) = issue(&one, "node2", &[ip]).unwrap();
+        let peer = ClientCert {
+            cert: peer_cert,
+            key: peer_key,
+        };
+        assert!(!reaches_as(&ca, Some(&peer), node, "node1").await);
+        // Another cluster's gateway.
+        let stranger = ClientCert::beside(&other.join(CA_CERT)).unwrap();
+        assert!(!reaches_as(&ca, Some(&stranger), node, "node1").await);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use oci_client::manifest::{OciImageIndex, OciImageManifest};
 use oci_client::Reference;
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use reqwest::{StatusCode, Url};
 
 use crate::error::{PullError, Result};
@@ -55,6 +55,8 @@ impl std::fmt::Debug for Auth {
 /// How the client of one pull is made.
 pub struct Options<'a> {
     pub plain_http: bool,
+    /// Authenticate for pushing to the repository too.
+    pub push: bool,
     pub extra_roots: &'a [Vec<u8>],
     pub user_agent: &'static str,
 }
@@ -70,6 +72,7 @@ pub struct Session {
     reach: Reach,
     authorization: Option<HeaderValue>,
     withheld: bool,
+    push: bool,
 }
 
 /// A manifest as read: its bytes' digest and its parsed form.
@@ -105,6 +108,7 @@ impl Session {
             reach,
             authorization: None,
             withheld: false,
+            push: options.push,
         };
         session.authenticate(auth).await?;
         Ok(session)
@@ -152,7 +156,8 @@ impl Session {
         let url =
             Url::parse(realm).map_err(|e| self.protocol(format!("token realm {realm:?}: {e}")))?;
         guard::check_target(&url, &self.base, self.reach()).map_err(|b| self.blocked(b))?;
-        let scope = format!("repository:{}:pull", self.repo);
+        let actions = if self.push { "pull,push" } else { "pull" };
+        let scope = format!("repository:{}:{actions}", self.repo);
         let mut query = vec![("scope", scope.as_str())];
         if let Some(s) = service {
             query.push(("service", s));
@@ -253,6 +258,63 @@ impl Session {
             return Err(self.status_error(res, &format!("blob {digest}")).await);
         }
         Ok(res)
+    }
+
+    /// Uploads blob `digest` (`bytes`) unless the repository has it: a monolithic upload
+    /// to the location the registry names, which is held to the session's reach as a
+    /// redirect is.
+    pub async fn push_blob(&self, digest: &Digest, bytes: Vec<u8>) -> Result<()> {
+        let url = self.url(&format!("v2/{}/blobs/{digest}", self.repo))?;
+        let res = self.send(self.authorized(self.http.head(url))).await?;
+        if res.status().is_success() {
+            return Ok(());
+        }
+        let url = self.url(&format!("v2/{}/blobs/uploads/", self.repo))?;
+        let res = self.send(self.authorized(self.http.post(url))).await?;
+        if res.status() != StatusCode::ACCEPTED {
+            return Err(self.status_error(res, "starting an upload").await);
+        }
+        let location = res
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|h| h.to_str().ok())
+            .ok_or_else(|| self.protocol("an upload answered without a Location"))?;
+        let mut target = self
+            .base
+            .join(location)
+            .map_err(|e| self.protocol(format!("upload location {location:?}: {e}")))?;
+        guard::check_target(&target, &self.base, self.reach()).map_err(|b| self.blocked(b))?;
+        target
+            .query_pairs_mut()
+            .append_pair("digest", &digest.to_string());
+        // The upload location is the registry's own: credentials go only where they may.
+        let mut req = self
+            .http
+            .put(target.clone())
+            .header(CONTENT_TYPE, "application/octet-stream")
+            .body(bytes);
+        if guard::credentials_may_go_to(&target, &self.name, &self.host) {
+            req = self.authorized(req);
+        }
+        let res = self.send(req).await?;
+        if res.status() != StatusCode::CREATED {
+            return Err(self.status_error(res, &format!("uploading blob {digest}")).await);
+        }
+        Ok(())
+    }
+
+    /// Puts `manifest` (of `media_type`) under `tag`; returns its URL.
+    pub async fn push_manifest(&self, tag: &str, media_type: &str, manifest: Vec<u8>) -> Result<String> {
+        let url = self.url(&format!("v2/{}/manifests/{tag}", self.repo))?;
+        let req = self
+            .authorized(self.http.put(url.clone()))
+            .header(CONTENT_TYPE, media_type)
+            .body(manifest);
+        let res = self.send(req).await?;
+        if res.status() != StatusCode::CREATED {
+            return Err(self.status_error(res, "putting the manifest").await);
+        }
+        Ok(url.to_string())
     }
 
     /// Whether the registry's token service was on another host, so that the

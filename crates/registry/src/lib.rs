@@ -15,13 +15,9 @@ pub mod guard;
 
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::Duration;
 
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{ImageIndexEntry, OciDescriptor, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::Reference;
 use oci_spec::image::{Arch, ImageConfiguration, Os};
 
 mod loopback;
@@ -31,6 +27,21 @@ pub use error::{PullError, Result};
 pub use fetch::{MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES};
 
 /// Layer media types this platform unpacks (tar, gzip-compressed or not).
+/// What a push sends: an OCI manifest, config and gzip layer.
+const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// The descriptor of `bytes` as a blob of `media_type`.
+fn descriptor(media_type: &str, bytes: &[u8]) -> OciDescriptor {
+    OciDescriptor {
+        media_type: media_type.into(),
+        digest: Digest::of(bytes).to_string(),
+        size: bytes.len() as i64,
+        ..OciDescriptor::default()
+    }
+}
+
 const LAYER_TYPES: [&str; 4] = [
     "application/vnd.oci.image.layer.v1.tar",
     "application/vnd.oci.image.layer.v1.tar+gzip",
@@ -221,12 +232,23 @@ impl Puller {
         Ok(())
     }
 
-    /// A session with `r`'s registry: plain HTTP for registries named insecure and
-    /// loopback registries that speak it, credentials given or from the Docker config.
+    /// A session with `r`'s registry for pulling (see [`Self::open_session`]).
     async fn session(
         &self,
         r: &Reference,
         credentials: Option<&Credentials>,
+    ) -> Result<fetch::Session> {
+        self.open_session(r, credentials, false).await
+    }
+
+    /// A session with `r`'s registry: plain HTTP for registries named insecure and
+    /// loopback registries that speak it, credentials given or from the Docker config;
+    /// with `push`, authenticated for pushing too.
+    async fn open_session(
+        &self,
+        r: &Reference,
+        credentials: Option<&Credentials>,
+        push: bool,
     ) -> Result<fetch::Session> {
         let auth = self.auth(r, credentials)?;
         let host = r.resolve_registry().to_string();
@@ -238,6 +260,7 @@ impl Puller {
         let roots = self.extra_roots()?;
         let options = fetch::Options {
             plain_http,
+            push,
             extra_roots: &roots,
             user_agent: concat!("sandfork/", env!("CARGO_PKG_VERSION")),
         };
@@ -290,7 +313,9 @@ impl Puller {
     }
 
     /// Pushes an image of one gzip layer and its config to `reference`; returns the
-    /// pushed manifest's URL.
+    /// pushed manifest's URL. The whole push runs on the guarded session a pull uses: its
+    /// token realm, upload locations and redirects are checked on every request, and
+    /// credentials go to the registry's own host only.
     pub async fn push(
         &self,
         reference: &str,
@@ -298,77 +323,31 @@ impl Puller {
         config: Vec<u8>,
         credentials: Option<&Credentials>,
     ) -> Result<String> {
-        use oci_client::client::{Config, ImageLayer};
         let r = parse(reference)?;
-        // The registry's challenge is checked first: a push never sends credentials to a
-        // token service on another host, nor to a guarded address.
-        let session = self.session(&r, credentials).await?;
+        let session = self.open_session(&r, credentials, true).await?;
         if session.withheld_credentials() {
             return Err(PullError::Blocked {
                 registry: r.resolve_registry().to_string(),
                 detail: "its token service is on another host, and credentials are sent to the registry's own host only".into(),
             });
         }
-        let auth = match self.auth(&r, credentials)? {
-            fetch::Auth::Anonymous => RegistryAuth::Anonymous,
-            fetch::Auth::Basic(u, p) => RegistryAuth::Basic(u, p),
-            fetch::Auth::Identity(t) => RegistryAuth::Bearer(t),
+        let layer = descriptor(LAYER_TYPE, &layer_gz);
+        let conf = descriptor(CONFIG_TYPE, &config);
+        session.push_blob(&Digest::parse(&layer.digest)?, layer_gz).await?;
+        session.push_blob(&Digest::parse(&conf.digest)?, config).await?;
+        let manifest = OciImageManifest {
+            schema_version: 2,
+            media_type: Some(MANIFEST_TYPE.into()),
+            config: conf,
+            layers: vec![layer],
+            ..OciImageManifest::default()
         };
-        let client = self.client(&r).await?;
-        let layers = [ImageLayer::new(
-            layer_gz,
-            "application/vnd.oci.image.layer.v1.tar+gzip".into(),
-            None,
-        )];
-        let config = Config::new(
-            config,
-            "application/vnd.oci.image.config.v1+json".into(),
-            None,
-        );
-        let pushed = client
-            .push(&r, &layers, config, &auth, None)
-            .await
-            .map_err(|e| client_error(&r, e))?;
-        Ok(pushed.manifest_url)
-    }
-
-    /// A client for one pull of `r`: its token cache then holds only this pull's
-    /// credentials. A registry on this machine's loopback that speaks plain HTTP is
-    /// reached over it, named in `insecure` or not, as Docker trusts one.
-    async fn client(&self, r: &Reference) -> Result<Client> {
-        let mut plain = self.config.insecure.clone();
-        let host = r.resolve_registry().to_string();
-        if !plain.contains(&host) && loopback::speaks_plain_http(&host).await {
-            plain.push(host);
-        }
-        // reqwest's TLS runs on the process's rustls provider: ring, as the daemon's own
-        // listener. Installing it again fails harmlessly.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut extra = Vec::new();
-        for path in &self.config.ca_certs {
-            let data = std::fs::read(path).map_err(|e| PullError::Certificate {
-                path: path.clone(),
-                detail: e.to_string(),
-            })?;
-            extra.push(Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            });
-        }
-        let protocol = if plain.is_empty() {
-            ClientProtocol::Https
-        } else {
-            ClientProtocol::HttpsExcept(plain)
-        };
-        Ok(Client::new(ClientConfig {
-            protocol,
-            extra_root_certificates: extra,
-            platform_resolver: Some(Box::new(host_platform)),
-            connect_timeout: Some(Duration::from_secs(15)),
-            read_timeout: Some(Duration::from_secs(120)),
-            user_agent: concat!("sandfork/", env!("CARGO_PKG_VERSION")),
-            ..ClientConfig::default()
-        }))
+        let body = serde_json::to_vec(&manifest).map_err(|e| PullError::Protocol {
+            reference: reference.to_string(),
+            detail: format!("the manifest: {e}"),
+        })?;
+        let tag = r.tag().unwrap_or("latest");
+        session.push_manifest(tag, MANIFEST_TYPE, body).await
     }
 
     fn auth(&self, r: &Reference, credentials: Option<&Credentials>) -> Result<fetch::Auth> {
@@ -454,98 +433,6 @@ fn image_config(reference: &str, json: &str) -> Result<ImageConfiguration> {
         )));
     }
     Ok(config)
-}
-
-/// Turns the client's error into a cause the caller can act on.
-fn client_error(r: &Reference, e: OciDistributionError) -> PullError {
-    let reference = r.to_string();
-    let registry = r.registry().to_string();
-    let unauthorized = |detail: String| PullError::Unauthorized {
-        registry: registry.clone(),
-        reference: reference.clone(),
-        detail,
-    };
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(detail)
-            if detail.contains("no entry found in image index") =>
-        {
-            PullError::NoPlatform {
-                reference,
-                platform: format!("linux/{}", Arch::default()),
-                offered: "none matching".into(),
-            }
-        }
-        OciDistributionError::ImageManifestNotFoundError(_) => PullError::NotFound(reference),
-        OciDistributionError::AuthenticationFailure(d) => unauthorized(d),
-        OciDistributionError::UnauthorizedError { url } => unauthorized(url),
-        OciDistributionError::RegistryError { envelope, .. } => {
-            let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-            let detail = envelope.to_string();
-            if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::NotFound
-                        | OciErrorCode::BlobUnknown
-                )
-            }) {
-                PullError::NotFound(reference)
-            } else if codes
-                .iter()
-                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
-            {
-                unauthorized(detail)
-            } else {
-                PullError::Protocol { reference, detail }
-            }
-        }
-        OciDistributionError::ServerError { code: 404, .. } => PullError::NotFound(reference),
-        OciDistributionError::ServerError {
-            code: 401 | 403,
-            message,
-            ..
-        } => unauthorized(message),
-        OciDistributionError::DigestError(d) => PullError::DigestMismatch {
-            expected: "the digest the registry named".into(),
-            actual: d.to_string(),
-        },
-        OciDistributionError::RequestError(e) => PullError::Unreachable {
-            registry,
-            detail: chain(&e),
-        },
-        // Writing the blob failed: the disk here, not the registry.
-        OciDistributionError::IoError(e) if e.raw_os_error() == Some(28) => PullError::Io {
-            path: PathBuf::from("the blob store"),
-            source: e,
-        },
-        // The registry sent more than the descriptor declared.
-        OciDistributionError::IoError(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            PullError::Protocol {
-                reference,
-                detail: e.to_string(),
-            }
-        }
-        OciDistributionError::IoError(e) => PullError::Unreachable {
-            registry,
-            detail: e.to_string(),
-        },
-        other => PullError::Protocol {
-            reference,
-            detail: chain(&other),
-        },
-    }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Entry points of crates/registry/fuzz: what a pull takes from a registry's manifest or

@@ -119,7 +119,8 @@ impl ChunkService {
     fn failed_integrity(&self, layer: &LayerId, chunk: u64, reason: &str) -> RemoteError {
         let what = format!(
             "object {} (chunk {chunk} of layer {layer}) refused: {reason}",
-            self.bucket.object_url(&keys::layer(layer.as_str(), "blocks"))
+            self.bucket
+                .object_url(&keys::layer(layer.as_str(), "blocks"))
         );
         tracing::warn!(%layer, chunk, "{what}");
         let mut failures = lock(&self.failures);

@@ -51,6 +51,12 @@ pub struct GatewayArgs {
     /// TLS, and only those whose certificate it signed for their node name
     #[arg(long, value_name = "PEM")]
     pub node_ca: Option<PathBuf>,
+    /// The gateway's client certificate, which nodes ask for (default: gateway.pem beside --node-ca)
+    #[arg(long, value_name = "PEM", requires = "node_client_key")]
+    pub node_client_cert: Option<PathBuf>,
+    /// The key of --node-client-cert
+    #[arg(long, value_name = "PEM", requires = "node_client_cert")]
+    pub node_client_key: Option<PathBuf>,
     /// Speak plain HTTP to nodes off this machine (the node token then crosses the network in clear)
     #[arg(long)]
     pub allow_insecure_nodes: bool,
@@ -84,8 +90,9 @@ pub fn cluster(c: ClusterCommand) -> Result<i32> {
         ClusterCommand::Init { dir } => {
             gateway::trust::init(&dir)?;
             println!(
-                "{}: ca.pem (give it to the gateway: --node-ca), ca.key (keep it here), \
-                 ray.token (the gateway's and every node's --ray-token-file), node.token (the \
+                "{}: ca.pem (give it to the gateway: --node-ca, and to every node: cluster_ca), \
+                 ca.key (keep it here), gateway.pem/.key (the gateway's client certificate, \
+                 found beside ca.pem), ray.token (the gateway's and every node's --ray-token-file), node.token (the \
                  gateway's --node-token-file, every node's --token-file)",
                 dir.display()
             );
@@ -117,6 +124,10 @@ pub async fn run(a: GatewayArgs) -> Result<i32> {
         python: a.python,
         node_ca: a.node_ca,
         allow_insecure_nodes: a.allow_insecure_nodes,
+        node_client_cert: a
+            .node_client_cert
+            .zip(a.node_client_key)
+            .map(|(cert, key)| gateway::trust::ClientCert { cert, key }),
         ray_token_file: a.ray_token_file,
     };
     gateway::run(config, server::daemon::shutdown_signal()).await?;

@@ -84,7 +84,12 @@ impl Daemon {
         let socket = config.socket_path();
         let unix = bind_unix(&socket).await?;
         let tls = match (&config.tls_cert, &config.tls_key) {
-            (Some(cert), Some(key)) => Some(crate::listen::tls_acceptor(cert, key)?),
+            // A cluster's node answers only the cluster's gateway (its client certificate).
+            (Some(cert), Some(key)) => Some(crate::listen::tls_acceptor(
+                cert,
+                key,
+                config.cluster_ca.as_deref(),
+            )?),
             _ => None,
         };
         let tcp = match (config.listen, token) {

@@ -69,8 +69,14 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
 }
 
-/// A TLS acceptor for the certificate chain and private key in these PEM files.
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
+/// A TLS acceptor for the certificate chain and private key in these PEM files; with
+/// `client_ca` (a cluster's authority), every client must present a certificate that
+/// authority issued for client use (the cluster gateway's), else the handshake fails.
+pub fn tls_acceptor(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<tokio_rustls::TlsAcceptor, TlsError> {
     let read = |path: &Path| {
         std::fs::read(path).map_err(|source| TlsError::Read {
             path: path.into(),
@@ -94,14 +100,43 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor
             what: "PEM private key",
         })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(TlsError::Config)?
-        .with_no_client_auth()
+        .map_err(TlsError::Config)?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(client_verifier(ca, provider)?),
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(TlsError::Config)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Accepts client certificates that chain to the authority in `ca` and carry the client
+/// use (webpki checks the extended key usage: a node's serving certificate is refused).
+fn client_verifier(
+    ca: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let bytes = std::fs::read(ca).map_err(|source| TlsError::Read {
+        path: ca.into(),
+        source,
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut &bytes[..]).flatten() {
+        roots.add(cert).map_err(TlsError::Config)?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::Missing {
+            path: ca.into(),
+            what: "PEM certificate",
+        });
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| TlsError::Config(rustls::Error::General(e.to_string())))
 }
 
 /// Something connections come from.

@@ -100,7 +100,9 @@ fn remote_err(e: RemoteError) -> Error {
     match e {
         RemoteError::NotFound(what) => Error::NotFound(format!("Not in the object store: {what}")),
         RemoteError::Invalid(m) => Error::Conflict(format!("Refused from the object store: {m}")),
-        RemoteError::Integrity(m) => Error::Integrity(format!("Refused from the object store: {m}")),
+        RemoteError::Integrity(m) => {
+            Error::Integrity(format!("Refused from the object store: {m}"))
+        }
         RemoteError::Config(m) => Error::InvalidArgument(m),
         other => unavailable(other.to_string()),
     }
