@@ -46,7 +46,7 @@ test-typescript:
 test-console:
 	cd console && npm ci --prefer-offline --no-audit --no-fund --loglevel=error && unshare -n sh -c 'ip link set lo up && exec npm test'
 
-# The sandbox-provider packages (integrations/: inspect-ai, the OpenAI Agents SDK) against a
+# The sandbox-provider packages (integrations/: inspect-ai, the OpenAI Agents SDK, Harbor) against a
 # real daemon, with the real frameworks at the versions integrations/requirements.txt pins,
 # installed into a venv outside the repository when missing.
 test-integrations: build

@@ -22,7 +22,7 @@ from harbor.environments.definition import COMPOSE_FILE_NAME, require_agent_envi
 from harbor.models.task.config import EnvironmentConfig, NetworkMode
 from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import TrialPaths
-from sandfork import CheckpointType, Client, Sandbox
+from sandfork import CheckpointType, Client, Image, Sandbox
 from sandfork import errors as sf_errors
 
 from . import _images, _templates
@@ -140,8 +140,10 @@ class SandforkEnvironment(BaseEnvironment):
         template = _templates.template(self._template_key(image), self._client)
         async with template.lock():
             if template.snapshot_id is None:
-                # The first trial of the task: start, prepare, checkpoint, go on in it.
+                # The first trial of the task: start, prepare, wait until healthy, checkpoint,
+                # go on in it. The forks restore a sandbox whose services already run.
                 await self._start_fresh(image, "trial")
+                await self.run_healthcheck()
                 snap = await _io(
                     self.sandbox.checkpoint,
                     checkpoint_type=CheckpointType.MEMORY,
@@ -191,6 +193,12 @@ class SandforkEnvironment(BaseEnvironment):
 
     def _create(self, image: str, labels: Dict[str, str]) -> Sandbox:
         kwargs: Dict[str, Any] = {"image": image, "labels": labels, "client": self._client, **self._network_kwargs()}
+        entrypoint = self._image_entrypoint(image)
+        if entrypoint:
+            # As Harbor's Docker environment runs the container: the image's ENTRYPOINT
+            # with `sh -c "sleep infinity"` as its command (services the entrypoint starts
+            # then run beside the trial).
+            kwargs["entrypoint"] = [*entrypoint, "sh", "-c", "sleep infinity"]
         env = self._startup_env()
         if env:
             kwargs["env"] = env
@@ -206,6 +214,12 @@ class SandforkEnvironment(BaseEnvironment):
             return Sandbox.create(**kwargs)
         except sf_errors.NotFoundError as e:
             raise SandforkEnvironmentError(f"the sandfork daemon has no image {image!r}: {e}") from e
+
+    def _image_entrypoint(self, image: str) -> List[str]:
+        try:
+            return Image.get(image, client=self._client).entrypoint
+        except sf_errors.NotFoundError:
+            return []  # a registry reference not pulled yet: the create pulls it
 
     def _network_kwargs(self) -> Dict[str, Any]:
         policy = self.network_policy

@@ -76,17 +76,21 @@ def delete_snapshots() -> List[str]:
         held = [(t.client, t.snapshot_id) for t in _templates.values() if t.snapshot_id]
         for t in _templates.values():
             t.snapshot_id = None
-    deleted = []
-    for client, snapshot_id in held:
-        assert snapshot_id is not None
-        try:
-            Snapshot.get(snapshot_id, client=client).delete()
-            deleted.append(snapshot_id)
-        except sf_errors.NotFoundError:
-            pass
-        except sf_errors.SandboxError as e:
-            log.warning("could not delete the sandfork snapshot %s: %s (`sandfork snapshot rm %s`)", snapshot_id, e, snapshot_id)
-    return deleted
+    # One after another: this runs at exit too, when no thread may be started.
+    done = [_delete(client, snapshot_id) for client, snapshot_id in held]
+    return [snapshot_id for snapshot_id in done if snapshot_id]
+
+
+def _delete(client: Client, snapshot_id: Optional[str]) -> Optional[str]:
+    assert snapshot_id is not None
+    try:
+        Snapshot.get(snapshot_id, client=client).delete()
+        return snapshot_id
+    except sf_errors.NotFoundError:
+        return None
+    except sf_errors.SandboxError as e:
+        log.warning("could not delete the sandfork snapshot %s: %s (`sandfork snapshot rm %s`)", snapshot_id, e, snapshot_id)
+        return None
 
 
 atexit.register(delete_snapshots)
