@@ -9,7 +9,6 @@ use std::time::Duration;
 use model::State;
 
 use crate::backend::HostMerge;
-use crate::manager::PoolGauge;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 12] = [
@@ -384,6 +383,14 @@ pub fn render_counters(out: &mut String, counters: &[(&str, &str, u64)]) {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
         );
     }
+}
+
+/// What the pool holds now (for metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolGauge {
+    pub forks: u64,
+    pub memory_bytes: u64,
+    pub snapshots: u64,
 }
 
 #[cfg(test)]

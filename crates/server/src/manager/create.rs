@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::admission::{Refusal, Want, BASELINE_NEED_MB};
-use super::{lock, now_rfc3339, Entry, Manager, Registry};
+use super::{lock, new_id, now_rfc3339, Entry, Manager, Registry};
 use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec, VolumeMountSpec};
 use crate::error::{Error, Result};
 use crate::store::SandboxRow;
@@ -17,11 +17,6 @@ const ADMIT_POLL: Duration = Duration::from_millis(250);
 
 /// Longest sandbox name.
 const MAX_NAME: usize = 63;
-
-/// A new sandbox id: `sb-` and 16 random hex digits.
-pub fn new_id() -> Result<String> {
-    Ok(model::ids::new_sandbox_id()?)
-}
 
 pub(super) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -364,7 +359,7 @@ impl Manager {
         self.check_open()?;
         validate(&req)?;
         self.check_guarded_egress(&network_of(&req)?.allow_out)?;
-        let _busy = super::pool::Busy::new(&self.busy);
+        let _busy = super::Busy::new(&self.busy);
         if req.snapshot_id.is_some() {
             return self.create_from_snapshot(req).await;
         }

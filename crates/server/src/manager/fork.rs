@@ -7,7 +7,9 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::admission::BASELINE_NEED_MB;
-use super::create::{new_id, validate};
+use super::child::Child;
+use super::create::validate;
+use super::new_id;
 use super::{lock, now_rfc3339, Entry, Manager};
 use api_types::{
     ChildError, CreateSandbox, ForkChild, ForkInfo, ForkRequest, ForkResult, NetworkModeName,
@@ -27,26 +29,6 @@ pub const FORK_PARALLELISM: usize = 4;
 pub const MAX_FORK: u32 = 256;
 /// Largest `first_index` (a gateway's fan-out numbers children across nodes).
 pub const MAX_FIRST_INDEX: u32 = 1 << 20;
-
-/// One child to start from a snapshot.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Child {
-    pub index: u32,
-    pub name: Option<String>,
-    pub env: BTreeMap<String, String>,
-    /// Given at restore, never kept in a snapshot.
-    pub secrets: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
-    pub timeout_secs: u64,
-    pub on_timeout: Option<api_types::OnTimeout>,
-    /// Resource overrides (filesystem snapshots only).
-    pub cpus: Option<f64>,
-    pub memory_mb: Option<u64>,
-    pub disk_mb: Option<u64>,
-    pub network: Option<NetworkSpec>,
-    /// The fork call it is part of.
-    pub fork_id: Option<String>,
-}
 
 /// Refuses changes to what a memory snapshot pins (422, saying why).
 fn check_pinned(rec: &SnapshotRecord, req: &CreateSandbox) -> Result<()> {
@@ -184,7 +166,7 @@ impl Manager {
     /// Starts one sandbox from a snapshot; a failure leaves a `failed` record.
     pub(super) async fn start_child(&self, rec: &SnapshotRecord, c: Child) -> Result<Sandbox> {
         self.check_open()?;
-        let _busy = super::pool::Busy::new(&self.busy);
+        let _busy = super::Busy::new(&self.busy);
         if let Some(parked) = self.pool_take(rec, &c) {
             return self.take_parked(rec, c, parked).await;
         }

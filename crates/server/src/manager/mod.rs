@@ -6,6 +6,7 @@
 //! the backend acts, so a crash at any point leaves a record recovery can act on.
 
 mod admission;
+mod child;
 mod create;
 mod data;
 pub mod events;
@@ -49,7 +50,6 @@ use model::{plan, Op, State};
 pub use admission::{Admission, Policy};
 pub use events::{Events, KEEP_EVENTS};
 pub use images::{validate_build, BUILDERS};
-pub use pool::PoolGauge;
 pub use ports::{unix_now, PortConnection, PortCredentials, PORT_FORBIDDEN, PORT_UNAUTHORIZED};
 pub use reaper::on_timeout;
 pub use snapshots::CheckpointArgs;
@@ -135,6 +135,27 @@ fn label_filter(raw: Option<&str>) -> Result<BTreeMap<String, String>> {
 /// Locks a std mutex, recovering the data if a holder panicked.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A new sandbox id: `sb-` and 16 random hex digits.
+pub fn new_id() -> Result<String> {
+    Ok(model::ids::new_sandbox_id()?)
+}
+
+/// Counts a create or restore in flight while it lives (refills wait for none).
+pub(super) struct Busy<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Busy<'a> {
+    pub(super) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        Busy(n)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The current time in RFC 3339 (UTC, milliseconds).

@@ -20,11 +20,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::admission::{Want, BASELINE_NEED_MB};
-use super::create::new_id;
-use super::fork::Child;
+use super::child::Child;
+use super::new_id;
 use super::{lock, Manager};
 use crate::backend::{BootSpec, RestoreFrom};
 use crate::error::{Error, Result};
+use crate::metrics::PoolGauge;
 use crate::snapshots::SnapshotRecord;
 
 /// A restored, frozen sandbox waiting for a request.
@@ -51,14 +52,6 @@ pub(super) struct Pool {
     /// Refill tasks running (shutdown waits for them: a fork parked mid-shutdown would
     /// outlive the daemon).
     fills: std::sync::atomic::AtomicUsize,
-}
-
-/// What the pool holds now (for metrics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PoolGauge {
-    pub forks: u64,
-    pub memory_bytes: u64,
-    pub snapshots: u64,
 }
 
 impl Pool {
@@ -325,21 +318,5 @@ impl Manager {
     /// What the pool holds (for metrics).
     pub fn pool_gauge(&self) -> PoolGauge {
         self.pool.gauge()
-    }
-}
-
-/// Counts a create or restore in flight while it lives (refills wait for none).
-pub(super) struct Busy<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Busy<'a> {
-    pub(super) fn new(n: &'a std::sync::atomic::AtomicUsize) -> Self {
-        n.fetch_add(1, Ordering::SeqCst);
-        Busy(n)
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
