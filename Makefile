@@ -60,6 +60,8 @@ fuzz: setup
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(PYTHON) scripts/check-circles --self-test
+	$(PYTHON) scripts/check-circles
 
 bench: build-release
 	@scripts/setup --bench
