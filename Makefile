@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat bench-mcp
 
 setup:
 	@scripts/setup
@@ -100,6 +100,12 @@ bench-images: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/images.py | tee $$out && \
 	  python3 bench/report.py "images" "make bench-images" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# One MCP tool call against the same call through the Python SDK (stdio and HTTP).
+bench-mcp: build-release
+	@out=$$(mktemp) && python3 bench/mcp.py $(if $(RUNS),--runs $(RUNS)) | tee $$out && \
+	  python3 bench/report.py "MCP" "make bench-mcp$(if $(RUNS), RUNS=$(RUNS))" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 # Four nodes behind the gateway (network namespaces, Ray, SeaweedFS) next to one standalone
