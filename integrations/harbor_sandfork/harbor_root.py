@@ -134,7 +134,7 @@ def _install_venv() -> None:
     # Name resolution and the trusted certificate authorities for pip: the host's (a host
     # behind a TLS-inspecting proxy trusts its CA, the fresh root does not).
     shutil.copyfile("/etc/resolv.conf", ROOT / "etc" / "resolv.conf")
-    pip_env = {k: v for k, v in os.environ.items() if k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT")}
+    pip_env = {k: v for k, v in os.environ.items() if k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_DEFAULT_TIMEOUT", "PIP_NO_CACHE_DIR")}
     host_ca = Path(os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt")
     if host_ca.is_file():
         shutil.copyfile(host_ca, ROOT / HOST_CA.lstrip("/"))
