@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat bench-mcp
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat bench-mcp bench-fanout
 
 setup:
 	@scripts/setup
@@ -100,6 +100,14 @@ bench-images: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/images.py | tee $$out && \
 	  python3 bench/report.py "images" "make bench-images" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# N forks of a memory snapshot in one call (no ready forks), every child answering an exec,
+# next to N cold creates in the same run; host memory per fork right after.
+bench-fanout: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/fanout.py $(if $(COUNT),--count $(COUNT)) | tee $$out && \
+	  python3 bench/report.py "fan-out" "make bench-fanout$(if $(COUNT), COUNT=$(COUNT))" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 # One MCP tool call against the same call through the Python SDK (stdio and HTTP).
