@@ -76,6 +76,11 @@ pub struct Config {
     pub memory_overcommit: f64,
     /// Host memory, in MiB, admission keeps free; 0 = 5% of the host's, at least 512 MiB.
     pub memory_reserve_mb: u64,
+    /// What a child of a memory snapshot (a fork or a warm restore) is charged against
+    /// `max_memory_mb`, as a fraction of its limit: its snapshot's pages are shared until
+    /// written (with `memory_merge`; without, a copy of them is charged on top). 1 = its
+    /// whole limit, as any sandbox. docs/operations.md, admission.
+    pub fork_memory_charge: f64,
     /// Free space, in MiB, the data directory's disk keeps: new sandboxes are refused below.
     pub disk_reserve_mb: u64,
     /// How long a create, restore or fork waits for room when the host is full before it
@@ -207,6 +212,7 @@ impl Default for Config {
             max_memory_mb: 0,
             memory_overcommit: 2.0,
             memory_reserve_mb: 0,
+            fork_memory_charge: 0.25,
             disk_reserve_mb: 1024,
             admission_wait_secs: 30,
             pressure_suspend_idle_secs: 120,
@@ -306,6 +312,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "memory_overcommit must be a positive number, not {}",
                 self.memory_overcommit
+            )));
+        }
+        if !(self.fork_memory_charge > 0.0 && self.fork_memory_charge <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "fork_memory_charge must be above 0 and at most 1, not {}",
+                self.fork_memory_charge
             )));
         }
         if self.max_sandboxes == 0 {

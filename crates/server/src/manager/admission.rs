@@ -4,18 +4,22 @@
 //! a fraction of it. So, as container runtimes do, admission overcommits limits and checks
 //! what the host really has. A sandbox is admitted when
 //! - fewer than `max_sandboxes` are live;
-//! - the limits of the live sandboxes, its own included, add up to no more than the
-//!   overcommit cap (`max_memory_mb`; by default `memory_overcommit` × host memory);
+//! - the charges of the live sandboxes, its own included, add up to no more than the
+//!   overcommit cap (`max_memory_mb`; by default `memory_overcommit` × host memory). A
+//!   sandbox is charged its memory limit, except a child of a memory snapshot (a fork or a
+//!   warm restore), see [`Policy::charge_mb`]: its snapshot's pages are shared with its
+//!   siblings until written, so it is charged what it may hold privately;
 //! - the host's available memory, less the reserve kept free and less what sandboxes
 //!   admitted in the last [`SETTLE`] have yet to take, covers what the new one needs to
-//!   start: its snapshot's memory images for a warm restore, [`BASELINE_NEED_MB`] for a
-//!   cold boot;
+//!   start: its snapshot's memory images for a warm restore (merging comes later, so this
+//!   is never discounted), [`BASELINE_NEED_MB`] for a cold boot;
 //! - the host disk of the data directory keeps at least `disk_reserve_mb` free (sandbox
 //!   disks are thin and grow into it as their guests write; a full host disk fails their
 //!   writeback, so new sandboxes are refused well before).
 //!
-//! A refusal names what is full; the manager queues the request for a bounded time first
-//! (and may suspend idle sandboxes to make room), see `Manager::admit`.
+//! A refusal names what is full. A create or a single restore is queued for a bounded time
+//! first (and may suspend idle sandboxes to make room), see `Manager::admit`; the children of
+//! a fork are admitted at once, as many as fit, see `Manager::admit_children`.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -41,6 +45,11 @@ pub struct Policy {
     pub reserve_mb: u64,
     /// Host disk space kept free, in MiB.
     pub disk_reserve_mb: u64,
+    /// What a child of a memory snapshot is charged against the cap beyond the pages it
+    /// holds privately, as a fraction of its limit (`fork_memory_charge`; 1 = its limit).
+    pub fork_charge: f64,
+    /// Children of one memory snapshot share its pages (`memory_merge`).
+    pub merge: bool,
 }
 
 impl Policy {
@@ -60,14 +69,34 @@ impl Policy {
             max_limits_mb,
             reserve_mb,
             disk_reserve_mb: config.disk_reserve_mb,
+            fork_charge: config.fork_memory_charge,
+            merge: config.memory_merge,
         }
+    }
+
+    /// What a sandbox with a `limit_mb` memory limit is charged against the overcommit cap,
+    /// in MiB. `image_mb` is, for a child of a memory snapshot, the memory images it is
+    /// restored from; `None` for any other sandbox, which is charged its limit.
+    ///
+    /// A child starts with its snapshot's pages. With merging they stay shared with its
+    /// siblings until written, so what it may hold privately is what it writes: it is
+    /// charged `fork_charge` × its limit (rounded up). Without merging each child holds a
+    /// copy of the images, charged on top. Never more than its limit, which caps it anyway.
+    pub fn charge_mb(&self, limit_mb: u64, image_mb: Option<u64>) -> u64 {
+        let Some(image_mb) = image_mb else {
+            return limit_mb;
+        };
+        let private_mb = if self.merge { 0 } else { image_mb };
+        let growth_mb = (limit_mb as f64 * self.fork_charge).ceil() as u64;
+        private_mb.saturating_add(growth_mb).min(limit_mb)
     }
 }
 
 /// What a new sandbox asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
-    /// Its memory limit (`memory_mb`).
+    /// What it is charged against the overcommit cap: its memory limit (`memory_mb`), less
+    /// for a child of a memory snapshot (see [`Policy::charge_mb`]).
     pub limit_mb: u64,
     /// What it takes to start.
     pub need_mb: u64,
@@ -76,7 +105,9 @@ pub struct Want {
 /// Why a sandbox was not admitted: what is full, in a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
+    /// The number of live sandboxes.
     Count(String),
+    /// The cap on summed memory limits.
     Limits(String),
     /// The host's memory: making room (suspending idle sandboxes) can help.
     Memory(String),
@@ -158,8 +189,8 @@ impl Admission {
         let limits = self.limits_mb();
         if limits.saturating_add(want.limit_mb) > p.max_limits_mb {
             return Err(Refusal::Limits(format!(
-                "Memory limit reached: {} MiB requested, {} of {} MiB of sandbox limits free \
-                 (the overcommit cap)",
+                "Cap on summed memory limits reached: {} MiB requested, {} of {} MiB free \
+                 (max_memory_mb, the overcommit cap)",
                 want.limit_mb,
                 p.max_limits_mb.saturating_sub(limits),
                 p.max_limits_mb
@@ -190,6 +221,14 @@ impl Admission {
             .filter(|h| now.saturating_duration_since(h.since) < SETTLE)
             .map(|h| h.need_mb)
             .sum()
+    }
+
+    /// `id` begins to start now: its start-up need counts as still to come for another
+    /// [`SETTLE`] (a fork's children are admitted together and restored a few at a time).
+    pub fn starting(&mut self, id: &str, now: Instant) {
+        if let Some(h) = self.held.get_mut(id) {
+            h.since = now;
+        }
     }
 
     /// Holds room for a sandbox recovered after a restart (or resumed), even past the caps.
@@ -230,6 +269,8 @@ mod tests {
             max_limits_mb: 1000,
             reserve_mb: 100,
             disk_reserve_mb: 1024,
+            fork_charge: 1.0,
+            merge: true,
         }
     }
 
@@ -252,6 +293,14 @@ mod tests {
             ..Config::default()
         };
         assert!(bad.validate().is_err());
+        assert_eq!((p.fork_charge, p.merge), (0.25, true));
+        for charge in [0.0, -1.0, 1.5, f64::NAN] {
+            let bad = Config {
+                fork_memory_charge: charge,
+                ..Config::default()
+            };
+            assert!(bad.validate().is_err(), "{charge}");
+        }
     }
 
     fn want(limit_mb: u64, need_mb: u64) -> Want {
@@ -284,6 +333,7 @@ mod tests {
             max_limits_mb: 16 << 10,
             reserve_mb: 512,
             disk_reserve_mb: 1024,
+            ..policy()
         });
         let host = HostMemory {
             total_mb: 8 << 10,
@@ -321,6 +371,7 @@ mod tests {
             max_limits_mb: 1 << 20,
             reserve_mb: 100,
             disk_reserve_mb: 1024,
+            ..policy()
         });
         let host = HostMemory {
             total_mb: 1000,
@@ -341,5 +392,113 @@ mod tests {
         let later = t0 + SETTLE;
         a.reserve("c", want(4096, 550), Some(host), None, later)
             .unwrap();
+    }
+
+    /// A 1.5 GiB cap holding a 512 MiB parent: forks of its 60 MiB memory snapshot.
+    fn fan_out(fork_charge: f64) -> (Admission, u64) {
+        let p = Policy {
+            max_sandboxes: 100,
+            max_limits_mb: 1536,
+            reserve_mb: 100,
+            disk_reserve_mb: 1024,
+            fork_charge,
+            merge: true,
+        };
+        let mut a = Admission::new(p);
+        a.reserve("parent", want(512, 64), None, None, Instant::now())
+            .unwrap();
+        (a, p.charge_mb(512, Some(60)))
+    }
+
+    fn forks_that_fit(a: &mut Admission, charge_mb: u64, host: Option<HostMemory>) -> usize {
+        let now = Instant::now();
+        (0..50)
+            .take_while(|i| {
+                a.reserve(&format!("c{i}"), want(charge_mb, 64), host, None, now)
+                    .is_ok()
+            })
+            .count()
+    }
+
+    #[test]
+    fn fork_children_are_charged_what_they_may_hold_privately() {
+        // Summed limits alone (charge 1) fit two 512 MiB children beside their parent.
+        let (mut a, charge) = fan_out(1.0);
+        assert_eq!(charge, 512);
+        assert_eq!(forks_that_fit(&mut a, charge, None), 2);
+        // Sharing their snapshot's pages, each may grow privately by a quarter of its
+        // limit: eight fit.
+        let (mut a, charge) = fan_out(0.25);
+        assert_eq!(charge, 128);
+        assert_eq!(forks_that_fit(&mut a, charge, None), 8);
+        assert_eq!(a.limits_mb(), 512 + 8 * 128);
+        let e = a
+            .reserve("more", want(charge, 64), None, None, Instant::now())
+            .unwrap_err();
+        assert!(matches!(e, Refusal::Limits(_)), "{e:?}");
+        assert!(
+            e.message().contains("Cap on summed memory limits reached")
+                && e.message().contains("0 of 1536 MiB free"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn without_merging_a_child_is_charged_its_copy_of_the_images() {
+        let p = Policy {
+            fork_charge: 0.25,
+            merge: false,
+            ..policy()
+        };
+        assert_eq!(p.charge_mb(512, Some(100)), 100 + 128);
+        assert_eq!(p.charge_mb(512, Some(600)), 512, "never above its limit");
+        assert_eq!(p.charge_mb(512, None), 512, "not a fork: its limit");
+        assert_eq!(p.charge_mb(100, Some(0)), 25);
+        let merged = Policy { merge: true, ..p };
+        assert_eq!(merged.charge_mb(512, Some(100)), 128);
+        assert_eq!(merged.charge_mb(10, Some(0)), 3, "rounded up");
+    }
+
+    #[test]
+    fn host_memory_still_bounds_fork_children() {
+        // The cap would take eight; the host has room to start three at once (364 MiB
+        // available, 100 kept free, 64 still to be taken by the parent).
+        let (mut a, charge) = fan_out(0.25);
+        let host = HostMemory {
+            total_mb: 1000,
+            available_mb: 364,
+        };
+        assert_eq!(forks_that_fit(&mut a, charge, Some(host)), 3);
+        let e = a
+            .reserve("more", want(charge, 64), Some(host), None, Instant::now())
+            .unwrap_err();
+        assert!(matches!(e, Refusal::Memory(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_child_starting_late_counts_as_still_to_come() {
+        let mut a = Admission::new(Policy {
+            max_sandboxes: 10,
+            max_limits_mb: 1 << 20,
+            ..policy()
+        });
+        let host = HostMemory {
+            total_mb: 1000,
+            available_mb: 700,
+        };
+        let t0 = Instant::now();
+        a.reserve("a", want(128, 400), Some(host), None, t0)
+            .unwrap();
+        let later = t0 + SETTLE;
+        assert_eq!(a.pending_mb(later), 0);
+        // Admitted with its fork, restored only now: what it takes is not in the host's
+        // figure yet.
+        a.starting("a", later);
+        assert_eq!(a.pending_mb(later), 400);
+        let e = a
+            .reserve("b", want(128, 300), Some(host), None, later)
+            .unwrap_err();
+        assert!(matches!(e, Refusal::Memory(_)), "{e:?}");
+        a.starting("gone", later);
     }
 }

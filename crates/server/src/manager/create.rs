@@ -368,7 +368,11 @@ impl Manager {
             .await?;
         self.check_volumes_exist(&req).await?;
         let row = row_for(&new_id()?, &req, image)?;
-        let entry = self.admit(row, BASELINE_NEED_MB).await?;
+        let want = Want {
+            limit_mb: row.boot.memory_mb,
+            need_mb: BASELINE_NEED_MB,
+        };
+        let entry = self.admit(row, want).await?;
         let started = Instant::now();
         let result = self.boot(&entry).await;
         self.metrics.create.observe(started.elapsed());
@@ -379,11 +383,7 @@ impl Manager {
     /// host is full the request waits, up to `admission_wait_secs`, for room (idle named
     /// sandboxes are suspended to make it, see [`Manager::relieve_pressure`]), then is
     /// refused with 429 naming what is full.
-    pub(super) async fn admit(&self, row: SandboxRow, need_mb: u64) -> Result<Arc<Entry>> {
-        let want = Want {
-            limit_mb: row.boot.memory_mb,
-            need_mb,
-        };
+    pub(super) async fn admit(&self, row: SandboxRow, want: Want) -> Result<Arc<Entry>> {
         let wait = Duration::from_secs(self.config.admission_wait_secs);
         let deadline = Instant::now() + wait;
         let mut relieved = false;
@@ -422,7 +422,7 @@ impl Manager {
 
     /// One admission attempt: `Err` for a request that can never pass (a taken name),
     /// `Ok(Err)` for one that may pass once there is room.
-    fn try_admit(
+    pub(super) fn try_admit(
         &self,
         row: &SandboxRow,
         want: Want,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::admission::BASELINE_NEED_MB;
+use super::admission::{Refusal, Want, BASELINE_NEED_MB};
 use super::child::Child;
 use super::create::validate;
 use super::new_id;
@@ -22,6 +22,12 @@ use crate::backend::{Booted, NetworkSpec, RestoreFrom};
 use crate::error::{Error, Result};
 use crate::snapshots::SnapshotRecord;
 use crate::store::SandboxRow;
+
+/// What an admitted child starts in: a ready fork of the pool, or room of its own.
+enum Slot {
+    Parked(Parked),
+    Admitted(Arc<Entry>),
+}
 
 /// Children restored at once by one fork (restores are CPU-bound).
 pub const FORK_PARALLELISM: usize = 4;
@@ -171,14 +177,104 @@ impl Manager {
             return self.take_parked(rec, c, parked).await;
         }
         let row = child_row(rec, &c, new_id()?)?;
-        // A warm restore maps its snapshot's memory images; a cold boot starts small.
-        let need_mb = if rec.memory_dir.is_some() {
-            rec.restore_mb().max(BASELINE_NEED_MB)
-        } else {
-            BASELINE_NEED_MB
-        };
-        let entry = self.admit(row, need_mb).await?;
+        let want = self.want_of(rec, &row);
+        let entry = self.admit(row, want).await?;
         self.restore_entry(&entry, rec, c, None).await
+    }
+
+    /// What child `row` of `rec` asks of admission. A warm restore maps its snapshot's
+    /// memory images and is charged what it may hold privately (see `Policy::charge_mb`);
+    /// a cold boot starts small and is charged its limit.
+    fn want_of(&self, rec: &SnapshotRecord, row: &SandboxRow) -> Want {
+        let image_mb = rec.memory_dir.as_ref().map(|_| rec.restore_mb());
+        let policy = self.registry().admission.policy();
+        Want {
+            limit_mb: policy.charge_mb(row.boot.memory_mb, image_mb),
+            need_mb: image_mb.map_or(BASELINE_NEED_MB, |m| m.max(BASELINE_NEED_MB)),
+        }
+    }
+
+    /// Admits a fork's children at once, in index order, as many as fit: each takes a
+    /// ready fork of the pool or room of its own. Nothing waits for room: ready forks give
+    /// theirs first, and idle named sandboxes are suspended once when host memory is
+    /// short; then the first child that does not fit and every child after it (they ask
+    /// for the same) are refused (429) naming what is full and how many of the fork fit.
+    async fn admit_children(
+        &self,
+        rec: &SnapshotRecord,
+        children: Vec<Child>,
+    ) -> Vec<(Child, Result<Slot>)> {
+        let total = children.len();
+        let (mut out, mut refused) = (Vec::with_capacity(total), None);
+        let (mut evicted, mut relieved) = (false, false);
+        for c in children {
+            if refused.is_some() {
+                out.push((c, Err(())));
+                continue;
+            }
+            if let Some(p) = self.pool_take(rec, &c) {
+                out.push((c, Ok(Ok(Slot::Parked(p)))));
+                continue;
+            }
+            let row = match new_id().and_then(|id| child_row(rec, &c, id)) {
+                Ok(row) => row,
+                Err(e) => {
+                    out.push((c, Ok(Err(e))));
+                    continue;
+                }
+            };
+            let want = self.want_of(rec, &row);
+            let admitted = loop {
+                let refusal = match self.try_admit(&row, want) {
+                    Ok(Ok(entry)) => break Ok(Ok(Slot::Admitted(entry))),
+                    Ok(Err(refusal)) => refusal,
+                    Err(e) => break Ok(Err(e)),
+                };
+                if !evicted && !matches!(refusal, Refusal::Disk(_)) {
+                    evicted = true;
+                    if self.pool_evict(None).await > 0 {
+                        continue;
+                    }
+                }
+                if !relieved && matches!(refusal, Refusal::Memory(_)) {
+                    relieved = true;
+                    let left = (total - out.len()) as u64;
+                    self.relieve_pressure(want.need_mb.saturating_mul(left))
+                        .await;
+                    continue;
+                }
+                refused = Some(refusal);
+                break Err(());
+            };
+            out.push((c, admitted));
+        }
+        let fit = out.iter().filter(|(_, a)| matches!(a, Ok(Ok(_)))).count();
+        out.into_iter()
+            .map(|(c, a)| {
+                let a = a.unwrap_or_else(|()| {
+                    self.metrics.admission_refusals.inc();
+                    let why = refused.as_ref().map_or("", |r| r.message());
+                    Err(Error::OverCapacity(format!(
+                        "{why}; {fit} of the {total} children of this fork fit"
+                    )))
+                });
+                (c, a)
+            })
+            .collect()
+    }
+
+    /// Starts a child admitted by [`Manager::admit_children`].
+    async fn start_admitted(&self, rec: &SnapshotRecord, c: Child, slot: Slot) -> Result<Sandbox> {
+        match slot {
+            Slot::Parked(p) => self.take_parked(rec, c, p).await,
+            Slot::Admitted(entry) => {
+                let id = entry.view().id;
+                self.registry_mut()
+                    .admission
+                    .starting(&id, std::time::Instant::now());
+                self.restore_entry(&entry, rec, c, None).await
+            }
+        }
     }
 
     /// Starts child `c` from a ready fork of the pool: the fork becomes the child.
@@ -281,19 +377,50 @@ impl Manager {
         }
     }
 
-    /// `POST /v1/snapshots/{id}/fork`: `count` children, concurrently but bounded.
+    /// `POST /v1/snapshots/{id}/fork`: `count` children, admitted at once (as many as fit,
+    /// the others refused), then started concurrently but bounded.
     pub async fn fork_snapshot(&self, snap_id: &str, req: ForkRequest) -> Result<ForkResult> {
         self.check_open()?;
         check_fork(&req)?;
         let rec = self.usable_snapshot(snap_id).await?;
         let mark = self.fork_mark()?;
-        let children = futures::stream::iter(0..req.count)
-            .map(|i| {
-                let mut child = child_of(&req, i);
-                child.fork_id = Some(mark.id.clone());
+        let children: Vec<Child> = (0..req.count)
+            .map(|i| Child {
+                fork_id: Some(mark.id.clone()),
+                ..child_of(&req, i)
+            })
+            .collect();
+        // Admitted children hold room and parked forks until started: run to the end even
+        // if the caller goes away (the mark then rolls the children back).
+        let me = self.weak_self().upgrade().ok_or(Error::ShuttingDown)?;
+        let snapshot_id = rec.view.id.clone();
+        let task = tokio::spawn(async move { me.start_children(rec, children).await });
+        let mut children = match task.await {
+            Ok(children) => children,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return Err(Error::ShuttingDown),
+        };
+        mark.answered();
+        children.sort_by_key(|c| c.index);
+        Ok(ForkResult {
+            snapshot_id,
+            children,
+        })
+    }
+
+    /// Admits `children` of `rec` and starts those that fit, [`FORK_PARALLELISM`] at once.
+    async fn start_children(&self, rec: SnapshotRecord, children: Vec<Child>) -> Vec<ForkChild> {
+        let _busy = super::Busy::new(&self.busy);
+        let admitted = self.admit_children(&rec, children).await;
+        futures::stream::iter(admitted)
+            .map(|(child, slot)| {
                 let (rec, index) = (&rec, child.index);
                 async move {
-                    match self.start_child(rec, child).await {
+                    let started = match slot {
+                        Ok(slot) => self.start_admitted(rec, child, slot).await,
+                        Err(e) => Err(e),
+                    };
+                    match started {
                         Ok(sb) => ForkChild {
                             index,
                             sandbox: Some(sb),
@@ -308,15 +435,8 @@ impl Manager {
                 }
             })
             .buffer_unordered(FORK_PARALLELISM)
-            .collect::<Vec<_>>()
-            .await;
-        mark.answered();
-        let mut children = children;
-        children.sort_by_key(|c| c.index);
-        Ok(ForkResult {
-            snapshot_id: rec.view.id,
-            children,
-        })
+            .collect()
+            .await
     }
 
     /// `POST /v1/sandboxes/{id}/fork`: a memory checkpoint in place, then a fork of it.
