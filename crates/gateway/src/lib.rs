@@ -25,7 +25,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ray::{Helper, NodeInfo, RayNode};
-use server::api::Token;
+use sandfork_http::listen;
+use sandfork_http::token::Token;
 use tokio::sync::watch;
 
 /// Everything `sandfork gateway` can be told.
@@ -84,7 +85,7 @@ pub enum GatewayError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Tls(#[from] server::listen::TlsError),
+    Tls(#[from] listen::TlsError),
 }
 
 /// Counters of `/metrics`.
@@ -217,7 +218,7 @@ pub async fn run(
     let token = Token::new(read_token(&config.token_file)?);
     let node_token = read_token(&config.node_token_file)?;
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(c), Some(k)) => Some(server::listen::tls_acceptor(c, k, None)?),
+        (Some(c), Some(k)) => Some(listen::tls_acceptor(c, k, None)?),
         (None, None) => None,
         _ => {
             return Err(GatewayError::Config(
@@ -281,13 +282,13 @@ pub async fn run(
     let watcher = tokio::spawn(watch_nodes(Arc::downgrade(&g)));
     tracing::info!(listen = %g.config.listen, ray = %address, "gateway serving");
     let (tx, rx) = watch::channel(false);
-    let limits = server::listen::Limits {
+    let limits = listen::Limits {
         max_connections: 4096,
         header_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(120),
     };
     let app = routes::router(g.clone());
-    let serving = tokio::spawn(server::listen::serve(listener, app, limits, tls, rx));
+    let serving = tokio::spawn(listen::serve(listener, app, limits, tls, rx));
     stop.await;
     let _ = tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(10), serving).await;

@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
+use sandfork_http::proxy::{strip_hop_by_hop, wants_upgrade};
 use tokio::net::TcpStream;
 
 /// How long a connection to a node may take.
@@ -231,8 +232,8 @@ fn prepare(
         api: api.into(),
         detail: format!("bad path {path:?}"),
     })?;
-    let upgrade = server::api::wants_upgrade(req.headers());
-    server::api::strip_hop_by_hop(req.headers_mut(), upgrade);
+    let upgrade = wants_upgrade(req.headers());
+    strip_hop_by_hop(req.headers_mut(), upgrade);
     if !(keep_host && req.headers().contains_key(header::HOST)) {
         if let Ok(h) = HeaderValue::from_str(host) {
             req.headers_mut().insert(header::HOST, h);
@@ -255,7 +256,7 @@ where
         api: api.into(),
         detail,
     };
-    let upgrade = server::api::wants_upgrade(req.headers());
+    let upgrade = wants_upgrade(req.headers());
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
         .await
@@ -280,7 +281,7 @@ where
         }
     }
     let (mut parts, body) = resp.into_parts();
-    server::api::strip_hop_by_hop(
+    strip_hop_by_hop(
         &mut parts.headers,
         parts.status == StatusCode::SWITCHING_PROTOCOLS,
     );

@@ -24,6 +24,7 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use http_body_util::BodyExt;
+use sandfork_http::proxy::{host_target, port_refusal};
 use serde_json::{json, Value};
 
 use crate::directory::{self, Placed};
@@ -39,7 +40,7 @@ pub fn router(g: Arc<Gateway>) -> Router {
 
 async fn handle(State(g): State<Arc<Gateway>>, mut req: Request) -> Response {
     g.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-    if let Some((id, _)) = server::api::host_target(req.headers(), req.uri(), &g.config.domain) {
+    if let Some((id, _)) = host_target(req.headers(), req.uri(), &g.config.domain) {
         return g.to_port_by_host(&id, req).await;
     }
     let path = req.uri().path().to_string();
@@ -144,11 +145,7 @@ impl Gateway {
     /// Whether the request carries the gateway's token (a WebSocket may carry it in its
     /// query as `access_token`).
     fn authorized(&self, req: &mut Request) -> bool {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        self.token.accepts(given) || server::api::websocket_token(&self.token, req)
+        self.token.carried_by(req)
     }
 
     fn with_node_token(&self, req: &mut Request) {
@@ -396,7 +393,7 @@ impl Gateway {
         let placed = self.placed(id).await;
         // A port request without the token learns nothing of what exists or was lost.
         if !authed && placed.as_ref().is_none_or(|(_, p)| self.is_lost(p)) {
-            return server::api::port_refusal(&req);
+            return port_refusal(&req);
         }
         let Some((id, p)) = placed else {
             return error(
@@ -448,7 +445,7 @@ impl Gateway {
                 .await
                 .unwrap_or_else(node_error),
             // Gone, lost or never there: the node's fixed refusal, whoever asks.
-            _ => server::api::port_refusal(&req),
+            _ => port_refusal(&req),
         }
     }
 

@@ -281,7 +281,7 @@ mod tests {
     /// A TLS server on loopback with `cert`/`key` that answers one byte per connection;
     /// with `client_ca`, as a cluster's node: it asks for the gateway's certificate.
     async fn server(cert: &Path, key: &Path, client_ca: Option<&Path>) -> std::net::SocketAddr {
-        let acceptor = server::listen::tls_acceptor(cert, key, client_ca).unwrap();
+        let acceptor = sandfork_http::listen::tls_acceptor(cert, key, client_ca).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {

@@ -8,10 +8,12 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
-use crate::api::{self, Token};
+use sandfork_http::listen::{self, Limits};
+use sandfork_http::token::Token;
+
+use crate::api;
 use crate::backend::Backend;
 use crate::config::{Config, ConfigError};
-use crate::listen::{self, Limits};
 use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
@@ -40,7 +42,7 @@ pub enum DaemonError {
     #[error("Recovery failed: {0}")]
     Recover(String),
     #[error("Cannot set up TLS")]
-    Tls(#[from] crate::listen::TlsError),
+    Tls(#[from] listen::TlsError),
 }
 
 fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> DaemonError + '_ {
@@ -85,7 +87,7 @@ impl Daemon {
         let unix = bind_unix(&socket).await?;
         let tls = match (&config.tls_cert, &config.tls_key) {
             // A cluster's node answers only the cluster's gateway (its client certificate).
-            (Some(cert), Some(key)) => Some(crate::listen::tls_acceptor(
+            (Some(cert), Some(key)) => Some(listen::tls_acceptor(
                 cert,
                 key,
                 config.cluster_ca.as_deref(),
@@ -254,7 +256,7 @@ pub async fn shutdown_signal() {
 
 /// Whether a request carries `token`: as `Authorization: Bearer`, or (a WebSocket) as
 /// `access_token` in its query.
-fn authenticates(token: api::Token) -> listen::Authenticates {
+fn authenticates(token: Token) -> listen::Authenticates {
     std::sync::Arc::new(move |parts: &axum::http::request::Parts| {
         let header = parts
             .headers

@@ -13,7 +13,6 @@ pub mod backend;
 pub mod config;
 pub mod daemon;
 pub mod error;
-pub mod listen;
 pub mod logs;
 pub mod manager;
 pub mod metrics;

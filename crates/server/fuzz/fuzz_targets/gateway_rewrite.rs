@@ -10,7 +10,7 @@
 
 use http::{header, HeaderMap, HeaderName, HeaderValue};
 
-#[path = "../../src/api/gateway/rewrite.rs"]
+#[path = "../../../http/src/proxy/rewrite.rs"]
 #[allow(dead_code)]
 mod rewrite;
 

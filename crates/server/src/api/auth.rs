@@ -1,4 +1,4 @@
-//! Bearer-token authentication of the TCP listener (constant-time comparison).
+//! Bearer-token authentication of the TCP listener (the token itself: `sandfork_http::token`).
 
 use std::sync::Arc;
 
@@ -6,27 +6,9 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
-use subtle::ConstantTimeEq;
+use sandfork_http::token::Token;
 
 use super::error_response;
-
-/// The token every TCP request must present as `Authorization: Bearer <token>`.
-#[derive(Clone)]
-pub struct Token(String);
-
-impl Token {
-    pub fn new(token: String) -> Self {
-        Token(token)
-    }
-
-    /// Whether an `Authorization` header value carries this token.
-    pub fn accepts(&self, header: Option<&str>) -> bool {
-        let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
-            return false;
-        };
-        given.as_bytes().ct_eq(self.0.as_bytes()).into()
-    }
-}
 
 /// Marks a request that carries the API token (the gateway then needs no other).
 #[derive(Debug, Clone, Copy)]
@@ -36,11 +18,7 @@ pub struct Authenticated;
 /// as `access_token`, taken out of the query so that it never reaches a sandbox's port);
 /// refuses nothing.
 pub(super) fn mark_request(token: &Token, req: &mut Request) {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if token.accepts(given) || websocket_token(token, req) {
+    if token.carried_by(req) {
         req.extensions_mut().insert(Authenticated);
     }
 }
@@ -59,11 +37,7 @@ pub(super) async fn require(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if token.accepts(given) || websocket_token(&token, &mut req) {
+    if token.carried_by(&mut req) {
         return next.run(req).await;
     }
     let mut resp = error_response(
@@ -78,49 +52,6 @@ pub(super) async fn require(
     resp
 }
 
-/// A browser cannot set headers on a WebSocket, so a WebSocket upgrade may carry the token
-/// as `access_token` in its query instead; it is taken out of the query when accepted (the
-/// route's own query knows nothing of it).
-pub fn websocket_token(token: &Token, req: &mut Request) -> bool {
-    let upgrade = req
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let Some(query) = req.uri().query().filter(|_| upgrade) else {
-        return false;
-    };
-    let mut given = None;
-    let mut rest = form_urlencoded::Serializer::new(String::new());
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        if key == "access_token" {
-            given = Some(value.into_owned());
-        } else {
-            rest.append_pair(&key, &value);
-        }
-    }
-    let Some(given) = given else {
-        return false;
-    };
-    if !token.accepts(Some(&format!("Bearer {given}"))) {
-        return false;
-    }
-    let rest = rest.finish();
-    let path = req.uri().path();
-    let uri = if rest.is_empty() {
-        path.to_string()
-    } else {
-        format!("{path}?{rest}")
-    };
-    match uri.parse() {
-        Ok(uri) => {
-            *req.uri_mut() = uri;
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,42 +62,6 @@ mod tests {
             .header(header::UPGRADE, "websocket")
             .body(axum::body::Body::empty())
             .unwrap()
-    }
-
-    #[test]
-    fn a_websocket_may_carry_the_token_in_its_query_which_is_then_removed() {
-        let t = Token::new("s3 cret".into());
-        let mut req = upgrade("/v1/sandboxes/x/pty/1/connect?offset=5&access_token=s3%20cret");
-        assert!(websocket_token(&t, &mut req));
-        assert_eq!(
-            req.uri().to_string(),
-            "/v1/sandboxes/x/pty/1/connect?offset=5"
-        );
-        let mut wrong = upgrade("/p?access_token=s3cret");
-        assert!(!websocket_token(&t, &mut wrong));
-        let mut plain = Request::builder()
-            .uri("/p?access_token=s3%20cret")
-            .body(axum::body::Body::empty())
-            .unwrap();
-        assert!(
-            !websocket_token(&t, &mut plain),
-            "only on a WebSocket upgrade"
-        );
-    }
-
-    #[test]
-    fn only_the_exact_token_passes() {
-        let t = Token::new("s3cret".into());
-        assert!(t.accepts(Some("Bearer s3cret")));
-        for bad in [
-            None,
-            Some("Bearer s3cre"),
-            Some("Bearer s3cret2"),
-            Some("s3cret"),
-            Some("Basic s3cret"),
-        ] {
-            assert!(!t.accepts(bad), "{bad:?}");
-        }
     }
 
     #[test]

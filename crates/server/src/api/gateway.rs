@@ -18,12 +18,9 @@ use hyper_util::rt::TokioIo;
 use super::{ApiError, AppState};
 use crate::error::Error;
 use crate::manager::PortCredentials;
-
-mod rewrite;
-use rewrite::{
-    passed_query, query_pairs, strip_credentials, EXPIRES_PARAM, SIGNATURE_PARAM, TOKEN_PARAM,
+use sandfork_http::proxy::{
+    passed_query, strip_credentials, strip_hop_by_hop, wants_upgrade, SandboxCredentials,
 };
-pub use rewrite::{strip_hop_by_hop, wants_upgrade, TOKEN_HEADER};
 
 /// `ANY /v1/sandboxes/{id}/ports/{port}` and `…/{port}/{*rest}`.
 ///
@@ -85,28 +82,6 @@ fn confine_to_opaque_origin(headers: &mut HeaderMap) {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(PATH_ROUTE_CSP),
     );
-}
-
-/// The sandbox and port a `Host` header names under `domain` (`{port}-{id}.{domain}`).
-pub fn host_target(headers: &HeaderMap, uri: &Uri, domain: &str) -> Option<(String, String)> {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| uri.host())?;
-    let host = host.rsplit_once(':').map_or(host, |(h, p)| {
-        if p.bytes().all(|b| b.is_ascii_digit()) {
-            h
-        } else {
-            host
-        }
-    });
-    let label = host.strip_suffix(domain)?.strip_suffix('.')?;
-    if label.contains('.') {
-        return None;
-    }
-    let (port, id) = label.split_once('-')?;
-    (!id.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| (id.to_string(), port.to_string()))
 }
 
 /// Serves a request routed by host.
@@ -194,39 +169,19 @@ fn bad_gateway(port: u16, id: &str, e: &hyper::Error) -> Response {
     .into_response()
 }
 
-/// The answer to a port request without the API token for a sandbox that is not there (or
-/// not reachable): the same fixed answer a refused request gets, so a caller without the
-/// token learns nothing of what exists (the cluster gateway answers so too).
-pub fn port_refusal(req: &Request) -> Response {
-    let creds = credentials(req);
-    let e = if creds.access_token.is_none() && creds.signed.is_none() {
-        Error::Unauthorized(crate::manager::PORT_UNAUTHORIZED.into())
-    } else {
-        Error::Forbidden(crate::manager::PORT_FORBIDDEN.into())
-    };
-    ApiError(e).into_response()
-}
-
 /// What a request presents to open a port.
 fn credentials(req: &Request) -> PortCredentials {
     let api_token = req
         .extensions()
         .get::<super::auth::Authenticated>()
         .is_some();
-    let header_token = req
-        .headers()
-        .get(TOKEN_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let pairs = query_pairs(req.uri().query());
-    let param = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let signed = match (param(EXPIRES_PARAM), param(SIGNATURE_PARAM)) {
-        (Some(e), Some(s)) => e.parse().ok().map(|e| (e, s)),
-        _ => None,
-    };
+    let SandboxCredentials {
+        access_token,
+        signed,
+    } = SandboxCredentials::of(req);
     PortCredentials {
         api_token,
-        access_token: header_token.or_else(|| param(TOKEN_PARAM)),
+        access_token,
         signed,
     }
 }
@@ -270,48 +225,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_names_a_port_and_a_sandbox() {
-        let mut h = HeaderMap::new();
-        let uri: Uri = "/x".parse().unwrap();
-        h.insert(
-            header::HOST,
-            HeaderValue::from_static("8080-sb-1a2b.localhost:7000"),
-        );
-        assert_eq!(
-            host_target(&h, &uri, "localhost"),
-            Some(("sb-1a2b".into(), "8080".into()))
-        );
-        for bad in [
-            "localhost:7000",
-            "x-sb.localhost",
-            "8080-sb.other",
-            "8080-.localhost",
-            "a.8080-sb.localhost",
-        ] {
-            h.insert(header::HOST, HeaderValue::from_str(bad).unwrap());
-            assert_eq!(host_target(&h, &uri, "localhost"), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_gateway_parameters_are_not_passed_on() {
-        assert_eq!(
-            passed_query(Some("a=1&sandfork_token=x&b=2")),
-            Some("a=1&b=2".into())
-        );
-        assert_eq!(
-            passed_query(Some("sandfork_expires=1&sandfork_signature=2")),
-            None
-        );
-        assert_eq!(passed_query(None), None);
-        // Encoded, the names are the gateway's all the same.
-        assert_eq!(
-            passed_query(Some("sandfork%5Ftoken=x&a=1&sandfork_%65xpires=1")),
-            Some("a=1".into())
-        );
-    }
-
-    #[test]
     fn a_path_routed_page_cannot_act_as_the_api_origin() {
         let mut h = HeaderMap::new();
         for (k, v) in [
@@ -345,26 +258,5 @@ mod tests {
             "{csp}"
         );
         assert_eq!(h["content-type"], "text/html");
-    }
-
-    #[test]
-    fn hop_by_hop_headers_go_and_an_upgrade_keeps_its_pair() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-secret, Upgrade"),
-        );
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert("keep-alive", HeaderValue::from_static("5"));
-        let mut up = h.clone();
-        strip_hop_by_hop(&mut up, true);
-        assert!(
-            up.contains_key(header::UPGRADE)
-                && !up.contains_key("x-secret")
-                && !up.contains_key("keep-alive")
-        );
-        strip_hop_by_hop(&mut h, false);
-        assert!(!h.contains_key(header::UPGRADE) && !h.contains_key(header::CONNECTION));
     }
 }

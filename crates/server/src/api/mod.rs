@@ -34,9 +34,9 @@ use crate::error::Error;
 use crate::logs::{RateLimit, Verdict};
 use crate::manager::Manager;
 use api_types::ErrorBody;
-pub use auth::{websocket_token, Token};
-pub use gateway::{host_target, port_refusal, strip_hop_by_hop, wants_upgrade};
 pub use openapi::openapi_json;
+use sandfork_http::proxy::host_target;
+use sandfork_http::token::Token;
 
 /// What every handler can reach.
 pub type AppState = Arc<Manager>;
@@ -273,8 +273,7 @@ async fn route_by_host(
     mut req: axum::extract::Request,
     next: middleware::Next,
 ) -> Response {
-    let Some((id, port)) = gateway::host_target(req.headers(), req.uri(), m.gateway_domain())
-    else {
+    let Some((id, port)) = host_target(req.headers(), req.uri(), m.gateway_domain()) else {
         return next.run(req).await;
     };
     if let Some(token) = token {

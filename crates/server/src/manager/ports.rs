@@ -19,13 +19,7 @@ use crate::backend::BackendError;
 use crate::error::{Error, Result};
 use crate::snapkey::{self, SnapshotKey};
 
-/// The answer to a port request without credentials that the port does not waive, the
-/// same whatever sandbox or port it names.
-pub const PORT_UNAUTHORIZED: &str = "This port is private: send the sandbox's access token \
-     (X-Sandfork-Access-Token), use a signed URL, or the API token";
-/// The answer to a port request whose credentials do not open it (wrong, expired, for
-/// another sandbox or port, or naming no sandbox), the same whatever the path names.
-pub const PORT_FORBIDDEN: &str = "The token or signature does not open this port (or it expired)";
+pub use sandfork_http::proxy::{PORT_FORBIDDEN, PORT_UNAUTHORIZED};
 
 /// Refuses a port `view` does not expose (told only to callers who may open its ports).
 fn exposes(view: &api_types::Sandbox, port: u16) -> Result<()> {

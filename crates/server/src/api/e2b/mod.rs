@@ -35,9 +35,9 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
+use sandfork_http::token::Token;
 use tower::ServiceExt;
 
-use super::Token;
 use crate::manager::Manager;
 
 /// The header that routes a request to a sandbox's envd.

@@ -1,6 +1,6 @@
 //! What the port gateway reads from a request and removes before passing it on: its own
 //! query parameters and headers (the daemon's credentials) and hop-by-hop headers. Apart
-//! from the gateway (it depends on `http` and `form_urlencoded` only) so that
+//! from `proxy.rs` (it depends on `http` and `form_urlencoded` only) so that
 //! crates/server/fuzz compiles it on its own (target `gateway_rewrite`).
 
 use super::{header, HeaderMap};
@@ -50,6 +50,7 @@ pub fn passed_query(query: Option<&str>) -> Option<String> {
     (!kept.is_empty()).then(|| kept.join("&"))
 }
 
+/// Whether a request asks to switch protocols (`Connection: upgrade` with `Upgrade`).
 pub fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
         && headers
