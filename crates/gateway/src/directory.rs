@@ -21,7 +21,7 @@ pub struct Placed {
     /// Its placement group, which holds its slot.
     pub pg: Option<String>,
     /// The sandbox as last seen (what a lost sandbox is reported as).
-    pub view: serde_json::Value,
+    pub view: api_types::Sandbox,
 }
 
 pub fn sandbox(id: &str) -> String {

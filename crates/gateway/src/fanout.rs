@@ -6,14 +6,20 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
+use api_types::{
+    CheckpointRequest, ChildError, ForkChild, ForkRequest, ForkResult, Snapshot, SnapshotType,
+};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
-use axum::response::Response;
-use serde_json::{json, Value};
+use axum::response::{IntoResponse, Response};
 
 use crate::node::NodeError;
-use crate::routes::no_nodes;
+use crate::routes::{body_bytes, no_nodes};
+use crate::wire::client_body;
 use crate::{error, json_response, node_error, Gateway};
+
+/// Most children one fork may ask for.
+const MAX_CHILDREN: u32 = 256;
 
 /// One node's share of a fork.
 struct Share {
@@ -26,71 +32,73 @@ struct Share {
 impl Gateway {
     /// `POST /v1/snapshots/{id}/fork`.
     pub(crate) async fn fork_snapshot(&self, id: &str, req: Request) -> Response {
-        let (_, body) = match crate::routes::json_body(req).await {
-            Ok(x) => x,
-            Err(r) => return r,
-        };
-        let count = body["count"].as_u64().unwrap_or(0);
-        if count == 0 || count > 256 {
+        match fork_request(req).await {
+            Ok(fork) => self.fork_from(id, fork).await,
+            Err(r) => r,
+        }
+    }
+
+    /// A fork of snapshot `id` over the cluster.
+    async fn fork_from(&self, id: &str, fork: ForkRequest) -> Response {
+        let count = fork.count;
+        if count == 0 || count > MAX_CHILDREN {
             return error(
                 StatusCode::BAD_REQUEST,
                 "invalid_argument",
-                format!("count must be 1-256, got {count}"),
+                format!("count must be 1-{MAX_CHILDREN}, got {count}"),
+            );
+        }
+        let base = fork.first_index.unwrap_or(0);
+        if base.checked_add(count).is_none() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_argument",
+                format!("first_index {base} leaves no room for {count} children"),
             );
         }
         let holders = self.holders(id).await;
         // The snapshot must be in the object store before other nodes can start from it.
-        let mut snapshot = Value::Null;
+        let mut snapshot = None;
         for h in holders.iter().filter_map(|h| self.node(h)) {
+            let path = format!("/v1/snapshots/{id}/publish");
             match self
                 .links
-                .call(
-                    &h.api,
-                    Method::POST,
-                    &format!("/v1/snapshots/{id}/publish"),
-                    &self.node_token,
-                    None,
-                )
+                .call::<Snapshot>(&h.api, Method::POST, &path, &self.node_token)
                 .await
             {
-                Ok(v) => {
-                    snapshot = v;
+                Ok(s) => {
+                    snapshot = Some(s);
                     break;
                 }
                 Err(e) => tracing::warn!(node = %h.name, error = %e, "publishing before a fork"),
             }
         }
-        if snapshot.is_null() {
-            snapshot = match self.any_snapshot(id).await {
-                Ok(v) => v,
+        let snapshot = match snapshot {
+            Some(s) => s,
+            None => match self.any_snapshot(id).await {
+                Ok(s) => s,
                 Err(r) => return r,
-            };
-        }
-        let memory = snapshot["memory_mb"].as_u64().unwrap_or(512);
-        let base = body["first_index"].as_u64().unwrap_or(0) as u32;
-        let indices: Vec<u32> = (0..count as u32).map(|i| base + i).collect();
+            },
+        };
+        let indices: Vec<u32> = (base..base + count).collect();
         let children = self
-            .start_children(id, &body, &holders, memory, indices)
+            .start_children(id, &fork, &holders, snapshot.memory_mb, indices)
             .await;
-        json_response(
-            StatusCode::OK,
-            &json!({ "snapshot_id": id, "children": children }),
-        )
+        let result = ForkResult {
+            snapshot_id: id.to_string(),
+            children,
+        };
+        json_response(StatusCode::OK, &result)
     }
 
     /// A snapshot's view from any node (which reads the object store for it).
-    async fn any_snapshot(&self, id: &str) -> Result<Value, Response> {
+    async fn any_snapshot(&self, id: &str) -> Result<Snapshot, Response> {
         let Some(n) = self.alive().into_iter().next() else {
             return Err(no_nodes());
         };
+        let path = format!("/v1/snapshots/{id}");
         self.links
-            .call(
-                &n.api,
-                Method::GET,
-                &format!("/v1/snapshots/{id}"),
-                &self.node_token,
-                None,
-            )
+            .call(&n.api, Method::GET, &path, &self.node_token)
             .await
             .map_err(node_error)
     }
@@ -100,12 +108,12 @@ impl Gateway {
     async fn start_children(
         &self,
         id: &str,
-        body: &Value,
+        fork: &ForkRequest,
         holders: &[String],
         memory: u64,
         indices: Vec<u32>,
-    ) -> Vec<Value> {
-        let mut done: BTreeMap<u32, Value> = BTreeMap::new();
+    ) -> Vec<ForkChild> {
+        let mut done: BTreeMap<u32, ForkChild> = BTreeMap::new();
         let mut todo = indices;
         let mut avoid: Vec<String> = Vec::new();
         for attempt in 0..2 {
@@ -134,7 +142,7 @@ impl Gateway {
                 done.insert(i, child_error(i, "over_capacity", &why));
             }
             let runs = shares.into_iter().map(|s| async move {
-                let r = self.fork_share(id, body, &s).await;
+                let r = self.fork_share(id, fork, &s).await;
                 (s, r)
             });
             todo = Vec::new();
@@ -142,8 +150,7 @@ impl Gateway {
                 match result {
                     Ok(children) => {
                         for c in children {
-                            let i = c["index"].as_u64().unwrap_or(0) as u32;
-                            done.insert(i, c);
+                            done.insert(c.index, c);
                         }
                     }
                     Err(e) if e.is_unreachable() && attempt == 0 => {
@@ -227,44 +234,42 @@ impl Gateway {
 
     /// One node's share: a fork of its children on that node; records those that start,
     /// frees the slots of those that do not.
-    async fn fork_share(&self, id: &str, body: &Value, s: &Share) -> Result<Vec<Value>, NodeError> {
+    async fn fork_share(
+        &self,
+        id: &str,
+        fork: &ForkRequest,
+        s: &Share,
+    ) -> Result<Vec<ForkChild>, NodeError> {
         let first = s.indices[0];
-        let base = body["first_index"].as_u64().unwrap_or(0) as u32;
-        let mut b = body.clone();
-        b["count"] = json!(s.indices.len());
-        b["first_index"] = json!(first);
-        if let Some(per) = body["per_child"].as_array() {
-            let from = (first - base) as usize;
-            let slice: Vec<Value> = per
+        let from = (first - fork.first_index.unwrap_or(0)) as usize;
+        let share = ForkRequest {
+            count: s.indices.len() as u32,
+            first_index: Some(first),
+            per_child: fork
+                .per_child
                 .iter()
                 .skip(from)
                 .take(s.indices.len())
                 .cloned()
-                .collect();
-            b["per_child"] = json!(slice);
-        }
-        let result = self
+                .collect(),
+            ..fork.clone()
+        };
+        let path = format!("/v1/snapshots/{id}/fork");
+        let result: ForkResult = self
             .links
-            .call(
-                &s.node.api,
-                Method::POST,
-                &format!("/v1/snapshots/{id}/fork"),
-                &self.node_token,
-                Some(&b),
-            )
+            .call_with(&s.node.api, Method::POST, &path, &self.node_token, &share)
             .await?;
-        let children = result["children"].as_array().cloned().unwrap_or_default();
         let mut free = Vec::new();
-        for (c, pg) in children.iter().zip(&s.pgs) {
-            match c.get("sandbox") {
-                Some(view) if !view.is_null() => self.record(view, &s.node, Some(pg.clone())).await,
-                _ => free.push(pg.clone()),
+        for (c, pg) in result.children.iter().zip(&s.pgs) {
+            match &c.sandbox {
+                Some(view) => self.record(view, &s.node, Some(pg.clone())).await,
+                None => free.push(pg.clone()),
             }
         }
         if !free.is_empty() {
             let _ = self.ray.release(&free).await;
         }
-        Ok(children)
+        Ok(result.children)
     }
 
     /// `POST /v1/sandboxes/{id}/fork`: a memory checkpoint on the sandbox's node, then a
@@ -277,42 +282,44 @@ impl Gateway {
                 format!("Sandbox {id} not found"),
             );
         };
-        let (parts, body) = match crate::routes::json_body(req).await {
-            Ok(x) => x,
+        let fork = match fork_request(req).await {
+            Ok(f) => f,
             Err(r) => return r,
         };
+        let checkpoint = CheckpointRequest {
+            kind: Some(SnapshotType::Memory),
+            ..CheckpointRequest::default()
+        };
         let path = format!("/v1/sandboxes/{id}/checkpoint");
-        let snap = match self
+        let snap: Snapshot = match self
             .links
-            .call(
-                &p.api,
-                Method::POST,
-                &path,
-                &self.node_token,
-                Some(&json!({"type": "memory"})),
-            )
+            .call_with(&p.api, Method::POST, &path, &self.node_token, &checkpoint)
             .await
         {
-            Ok(v) => v,
+            Ok(s) => s,
             Err(e) => return node_error(e),
-        };
-        let Some(snap_id) = snap["id"].as_str() else {
-            return error(
-                StatusCode::BAD_GATEWAY,
-                "node_protocol",
-                "the checkpoint answer names no snapshot",
-            );
         };
         let _ = self
             .ray
-            .put(&crate::directory::holder(snap_id, &p.node), "1")
+            .put(&crate::directory::holder(&snap.id, &p.node), "1")
             .await;
-        let mut r = Request::new(axum::body::Body::from(body.to_string()));
-        *r.headers_mut() = parts.headers;
-        self.fork_snapshot(snap_id, r).await
+        self.fork_from(&snap.id, fork).await
     }
 }
 
-fn child_error(index: u32, code: &str, message: &str) -> Value {
-    json!({"index": index, "error": {"code": code, "message": message}})
+/// A client's fork body.
+async fn fork_request(req: Request) -> Result<ForkRequest, Response> {
+    let (_, bytes) = body_bytes(req).await?;
+    client_body(&bytes).map_err(IntoResponse::into_response)
+}
+
+fn child_error(index: u32, code: &str, message: &str) -> ForkChild {
+    ForkChild {
+        index,
+        sandbox: None,
+        error: Some(ChildError {
+            code: code.into(),
+            message: message.into(),
+        }),
+    }
 }

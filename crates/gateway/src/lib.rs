@@ -13,6 +13,7 @@ mod fanout;
 pub mod node;
 mod routes;
 pub mod trust;
+mod wire;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -355,12 +356,23 @@ pub(crate) fn node_error(e: node::NodeError) -> Response {
         node::NodeError::Protocol { .. } => {
             error(StatusCode::BAD_GATEWAY, "node_protocol", e.to_string())
         }
+        node::NodeError::Answer { .. } => {
+            error(StatusCode::BAD_GATEWAY, "node_protocol", e.to_string())
+        }
         node::NodeError::Untrusted { .. } => {
             error(StatusCode::BAD_GATEWAY, "node_untrusted", e.to_string())
         }
     }
 }
 
-pub(crate) fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
-    node::respond(status, v.to_string().into())
+/// An answer of the gateway's own, from the API's type for it.
+pub(crate) fn json_response<T: serde::Serialize>(status: StatusCode, v: &T) -> Response<Body> {
+    match serde_json::to_vec(v) {
+        Ok(bytes) => node::respond(status, bytes.into()),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("Cannot write the answer: {e}"),
+        ),
+    }
 }

@@ -1,6 +1,7 @@
 //! Talking to a node's API: a request passed on as it came (bodies streamed both ways,
-//! upgrades such as terminals' WebSockets joined end to end), or a JSON call of the
-//! gateway's own. Each request has a connection of its own to the node.
+//! upgrades such as terminals' WebSockets joined end to end), or a call of the gateway's
+//! own, whose answer is read into its API type (`crate::wire`). Each request has a
+//! connection of its own to the node.
 
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use sandfork_http::proxy::{strip_hop_by_hop, wants_upgrade};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::net::TcpStream;
 
 /// How long a connection to a node may take.
@@ -30,6 +33,16 @@ pub enum NodeError {
     },
     #[error("node {api}: {detail}")]
     Protocol { api: String, detail: String },
+    /// An answer that is not the API's type for it: a field missing or of another type.
+    #[error("node {api} answered with a bad {what}: field {field}: {detail}")]
+    Answer {
+        api: String,
+        /// The API type the answer should have been.
+        what: &'static str,
+        /// Where in the answer, as `children[0].sandbox.id`.
+        field: String,
+        detail: String,
+    },
     #[error("node {api} is not trusted: {detail}")]
     Untrusted { api: String, detail: String },
 }
@@ -179,16 +192,34 @@ impl Links {
         }
     }
 
-    /// A JSON call: the decoded answer of a 2xx, else the node's error.
-    pub async fn call(
+    /// A call without a body: the answer of a 2xx read as `T`, else the node's error.
+    pub async fn call<T: DeserializeOwned>(
         &self,
         api: &str,
         method: Method,
         path: &str,
         token: &str,
-        body: Option<&serde_json::Value>,
-    ) -> Result<serde_json::Value, NodeError> {
-        let resp = self.send(api, request(method, path, token, body)).await?;
+    ) -> Result<T, NodeError> {
+        let resp = self.send(api, request(method, path, token, None)).await?;
+        decode(api, resp).await
+    }
+
+    /// [`Links::call`] with `body` as JSON.
+    pub async fn call_with<T: DeserializeOwned, B: Serialize>(
+        &self,
+        api: &str,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: &B,
+    ) -> Result<T, NodeError> {
+        let body = serde_json::to_vec(body).map_err(|e| NodeError::Protocol {
+            api: api.into(),
+            detail: format!("cannot write the request: {e}"),
+        })?;
+        let resp = self
+            .send(api, request(method, path, token, Some(body.into())))
+            .await?;
         decode(api, resp).await
     }
 }
@@ -288,21 +319,16 @@ where
     Ok(Response::from_parts(parts, Body::new(body)))
 }
 
-/// A request of the gateway's own to node `api`, with the nodes' token.
-pub fn request(
-    method: Method,
-    path: &str,
-    token: &str,
-    body: Option<&serde_json::Value>,
-) -> Request<Body> {
+/// A request of the gateway's own to node `api`, with the nodes' token (and a JSON body).
+pub fn request(method: Method, path: &str, token: &str, body: Option<Bytes>) -> Request<Body> {
     let mut b = Request::builder()
         .method(method)
         .uri(path)
         .header(header::AUTHORIZATION, format!("Bearer {token}"));
     let body = match body {
-        Some(v) => {
+        Some(bytes) => {
             b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
+            Body::from(bytes)
         }
         None => Body::empty(),
     };
@@ -324,27 +350,20 @@ pub async fn read(api: &str, resp: Response<Body>) -> Result<(StatusCode, Bytes)
     Ok((status, bytes))
 }
 
-/// The decoded answer of a 2xx, else the node's error.
-async fn decode(api: &str, resp: Response<Body>) -> Result<serde_json::Value, NodeError> {
+/// The answer of a 2xx read as `T`, else the node's error.
+async fn decode<T: DeserializeOwned>(api: &str, resp: Response<Body>) -> Result<T, NodeError> {
     let (status, bytes) = read(api, resp).await?;
     if !status.is_success() {
-        let message = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v["message"].as_str().map(String::from))
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
+        let message = serde_json::from_slice::<api_types::ErrorBody>(&bytes)
+            .map(|e| e.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).chars().take(300).collect());
         return Err(NodeError::Refused {
             api: api.into(),
             status,
             message,
         });
     }
-    if bytes.is_empty() {
-        return Ok(serde_json::Value::Null);
-    }
-    serde_json::from_slice(&bytes).map_err(|e| NodeError::Protocol {
-        api: api.into(),
-        detail: format!("not JSON: {e}"),
-    })
+    crate::wire::node_answer(api, &bytes)
 }
 
 /// A response rebuilt from a read answer.

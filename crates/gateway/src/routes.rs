@@ -18,17 +18,20 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use api_types::{CreateSandbox, Sandbox, SandboxList, Snapshot, SnapshotList};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use sandfork_http::proxy::{host_target, port_refusal};
-use serde_json::{json, Value};
+use serde::de::{DeserializeOwned, IgnoredAny};
 
 use crate::directory::{self, Placed};
 use crate::node::{self, NodeError};
+use crate::wire::{client_body, node_answer};
 use crate::{error, json_response, node_error, Gateway};
 
 /// Largest request body the gateway reads itself (creates, forks).
@@ -99,10 +102,10 @@ async fn handle(State(g): State<Arc<Gateway>>, mut req: Request) -> Response {
     }
 }
 
-/// Reads a request's JSON body (at most [`MAX_BODY`]).
-pub(crate) async fn json_body(
+/// Reads a request's body (at most [`MAX_BODY`]).
+pub(crate) async fn body_bytes(
     req: Request,
-) -> Result<(axum::http::request::Parts, Value), Response> {
+) -> Result<(axum::http::request::Parts, Bytes), Response> {
     let (parts, body) = req.into_parts();
     let bytes = http_body_util::Limited::new(body, MAX_BODY)
         .collect()
@@ -115,21 +118,12 @@ pub(crate) async fn json_body(
             )
         })?
         .to_bytes();
-    if bytes.is_empty() {
-        return Ok((parts, json!({})));
-    }
-    let v = serde_json::from_slice(&bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "invalid_argument",
-            format!("Request body is not JSON: {e}"),
-        )
-    })?;
-    Ok((parts, v))
+    Ok((parts, bytes))
 }
 
-fn rebuild(parts: &axum::http::request::Parts, body: &Value) -> Request {
-    let mut r = Request::new(Body::from(body.to_string()));
+/// The request as it came, its body `body` (JSON).
+fn rebuild(parts: &axum::http::request::Parts, body: Bytes) -> Request {
+    let mut r = Request::new(Body::from(body));
     *r.method_mut() = parts.method.clone();
     *r.uri_mut() = parts.uri.clone();
     *r.headers_mut() = parts.headers.clone();
@@ -194,10 +188,8 @@ impl Gateway {
     }
 
     /// Records where sandbox `view` runs (and its name).
-    pub(crate) async fn record(&self, view: &Value, node: &ray::NodeInfo, pg: Option<String>) {
-        let Some(id) = view["id"].as_str() else {
-            return;
-        };
+    pub(crate) async fn record(&self, view: &Sandbox, node: &ray::NodeInfo, pg: Option<String>) {
+        let id = view.id.as_str();
         let p = Placed {
             node: node.id.clone(),
             api: node.api.clone(),
@@ -209,10 +201,10 @@ impl Gateway {
         if let Err(e) = self.ray.put(&directory::sandbox(id), &entry).await {
             tracing::warn!(sandbox = id, error = %e, "cannot record where the sandbox runs");
         }
-        if let Some(name) = view["name"].as_str() {
+        if let Some(name) = &view.name {
             let _ = self.ray.put(&directory::name(name), id).await;
         }
-        if let Some(snap) = view["snapshot_id"].as_str() {
+        if let Some(snap) = &view.snapshot_id {
             let _ = self.ray.put(&directory::holder(snap, &node.id), "1").await;
         }
     }
@@ -223,7 +215,7 @@ impl Gateway {
             let _ = self.ray.release(std::slice::from_ref(pg)).await;
         }
         let _ = self.ray.delete(&directory::sandbox(id)).await;
-        if let Some(name) = p.view["name"].as_str() {
+        if let Some(name) = &p.view.name {
             let _ = self.ray.delete(&directory::name(name)).await;
         }
     }
@@ -253,15 +245,20 @@ impl Gateway {
     }
 
     async fn create(&self, req: Request) -> Response {
-        let (parts, body) = match json_body(req).await {
+        let (parts, bytes) = match body_bytes(req).await {
             Ok(x) => x,
             Err(r) => return r,
         };
-        let prefer = match body["snapshot_id"].as_str() {
+        let create: CreateSandbox = match client_body(&bytes) {
+            Ok(c) => c,
+            Err(bad) => return bad.into_response(),
+        };
+        let prefer = match &create.snapshot_id {
             Some(s) => self.holders(s).await,
             None => Vec::new(),
         };
-        let memory = body["memory_mb"].as_u64().unwrap_or(512);
+        // The daemon's own default for a sandbox that names no memory limit.
+        let memory = create.memory_mb.unwrap_or(api_types::DEFAULT_MEMORY_MB);
         let placed = match self.place(1, &prefer, memory).await {
             Ok(mut p) => p.remove(0),
             Err(r) => return r,
@@ -277,14 +274,18 @@ impl Gateway {
                 "Ray placed the sandbox on a node that is gone",
             );
         };
-        let answer = match self.links.send(&n.api, rebuild(&parts, &body)).await {
+        let answer = match self.links.send(&n.api, rebuild(&parts, bytes)).await {
             Ok(resp) => node::read(&n.api, resp).await,
             Err(e) => Err(e),
         };
         match answer {
             Ok((status, bytes)) if status.is_success() => {
-                if let Ok(view) = serde_json::from_slice::<Value>(&bytes) {
-                    self.record(&view, &n, Some(pg)).await;
+                match node_answer::<Sandbox>(&n.api, &bytes) {
+                    Ok(view) => self.record(&view, &n, Some(pg)).await,
+                    Err(e) => {
+                        let _ = self.ray.release(&[pg]).await;
+                        return node_error(e);
+                    }
                 }
                 node::respond(status, bytes)
             }
@@ -340,10 +341,10 @@ impl Gateway {
             .map(|q| format!("?{q}"))
             .unwrap_or_default();
         let path = format!("/v1/sandboxes{query}");
-        let mut all: Vec<Value> = Vec::new();
-        for (n, answer) in self.ask_every(Method::GET, &path, None).await {
+        let mut all: Vec<Sandbox> = Vec::new();
+        for (n, answer) in self.ask_every::<SandboxList>(Method::GET, &path).await {
             match answer {
-                Ok(v) => all.extend(v["sandboxes"].as_array().cloned().unwrap_or_default()),
+                Ok(list) => all.extend(list.sandboxes),
                 Err(e) => tracing::warn!(node = %n.name, error = %e, "listing a node's sandboxes"),
             }
         }
@@ -356,32 +357,28 @@ impl Gateway {
                 };
                 if self.is_lost(&p) && wanted_state.as_deref().is_none_or(|s| s == "lost") {
                     let id = key.trim_start_matches(directory::SANDBOXES);
-                    if !all.iter().any(|s| s["id"] == id) {
+                    if !all.iter().any(|s| s.id == id) {
                         all.push(lost_view(&p));
                     }
                 }
             }
         }
-        all.sort_by(|a, b| {
-            (a["created_at"].as_str(), a["id"].as_str())
-                .cmp(&(b["created_at"].as_str(), b["id"].as_str()))
-        });
-        json_response(StatusCode::OK, &json!({ "sandboxes": all }))
+        all.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        json_response(StatusCode::OK, &SandboxList { sandboxes: all })
     }
 
-    /// One JSON call to every live node, concurrently.
-    pub(crate) async fn ask_every(
+    /// One call to every live node, concurrently, each answer read as `T`.
+    pub(crate) async fn ask_every<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
-        body: Option<&Value>,
-    ) -> Vec<(ray::NodeInfo, Result<Value, NodeError>)> {
+    ) -> Vec<(ray::NodeInfo, Result<T, NodeError>)> {
         let calls = self.alive().into_iter().map(|n| {
             let method = method.clone();
             async move {
                 let r = self
                     .links
-                    .call(&n.api, method, path, &self.node_token, body)
+                    .call::<T>(&n.api, method, path, &self.node_token)
                     .await;
                 (n, r)
             }
@@ -427,11 +424,15 @@ impl Gateway {
         };
         if method == Method::DELETE {
             self.forget(&id, &p).await;
-        } else if let Some(snap) = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|v| v["id"].as_str().map(String::from))
-        {
-            let _ = self.ray.put(&directory::holder(&snap, &p.node), "1").await;
+        } else {
+            let snap = match node_answer::<Snapshot>(&p.api, &bytes) {
+                Ok(s) => s,
+                Err(e) => return node_error(e),
+            };
+            let _ = self
+                .ray
+                .put(&directory::holder(&snap.id, &p.node), "1")
+                .await;
         }
         node::respond(status, bytes)
     }
@@ -456,8 +457,10 @@ impl Gateway {
             (Method::GET, false) => json_response(StatusCode::OK, &lost_view(p)),
             (Method::DELETE, false) => {
                 self.forget(id, p).await;
-                let mut v = lost_view(p);
-                v["state"] = json!("terminated");
+                let v = Sandbox {
+                    state: api_types::State::Terminated,
+                    ..lost_view(p)
+                };
                 json_response(StatusCode::OK, &v)
             }
             _ => error(
@@ -488,23 +491,19 @@ impl Gateway {
         let q: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let path = format!("/v1/snapshots?{}", q.join("&"));
         let mut seen = std::collections::BTreeMap::new();
-        for (n, answer) in self.ask_every(Method::GET, &path, None).await {
+        for (n, answer) in self.ask_every::<SnapshotList>(Method::GET, &path).await {
             match answer {
-                Ok(v) => {
-                    for s in v["snapshots"].as_array().cloned().unwrap_or_default() {
-                        let id = s["id"].as_str().unwrap_or_default().to_string();
-                        seen.entry(id).or_insert(s);
+                Ok(list) => {
+                    for s in list.snapshots {
+                        seen.entry(s.id.clone()).or_insert(s);
                     }
                 }
                 Err(e) => tracing::warn!(node = %n.name, error = %e, "listing a node's snapshots"),
             }
         }
-        let mut all: Vec<Value> = seen.into_values().collect();
-        all.sort_by(|a, b| {
-            (a["created_at"].as_str(), a["id"].as_str())
-                .cmp(&(b["created_at"].as_str(), b["id"].as_str()))
-        });
-        json_response(StatusCode::OK, &json!({ "snapshots": all }))
+        let mut all: Vec<Snapshot> = seen.into_values().collect();
+        all.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        json_response(StatusCode::OK, &SnapshotList { snapshots: all })
     }
 
     /// A snapshot's route: to a node that holds it, else any node (which pulls it).
@@ -531,14 +530,14 @@ impl Gateway {
         let path = format!("/v1/snapshots/{id}?everywhere=true");
         if let Err(e) = self
             .links
-            .call(&first.api, Method::DELETE, &path, &self.node_token, None)
+            .call::<IgnoredAny>(&first.api, Method::DELETE, &path, &self.node_token)
             .await
         {
             return node_error(e);
         }
         // Copies other nodes pulled go too.
         for (n, r) in self
-            .ask_every(Method::DELETE, &format!("/v1/snapshots/{id}"), None)
+            .ask_every::<IgnoredAny>(Method::DELETE, &format!("/v1/snapshots/{id}"))
             .await
         {
             if let Err(e) = r {
@@ -570,7 +569,7 @@ impl Gateway {
     /// An image change, made on every node; the first node's answer is returned, the
     /// others' failures logged.
     async fn broadcast(&self, req: Request) -> Response {
-        let (parts, body) = match json_body(req).await {
+        let (parts, body) = match body_bytes(req).await {
             Ok(x) => x,
             Err(r) => return r,
         };
@@ -579,7 +578,7 @@ impl Gateway {
             return no_nodes();
         }
         let sends = nodes.iter().map(|n| {
-            let r = rebuild(&parts, &body);
+            let r = rebuild(&parts, body.clone());
             async move {
                 match self.links.send(&n.api, r).await {
                     Ok(resp) => node::read(&n.api, resp).await,
@@ -720,11 +719,12 @@ fn query_value(query: Option<&str>, key: &str) -> Option<String> {
 }
 
 /// A sandbox of a lost node, as last seen, in state `lost`.
-fn lost_view(p: &Placed) -> Value {
-    let mut v = p.view.clone();
-    v["state"] = json!("lost");
-    v["error"] = json!(format!("its node {} is lost", p.node_name));
-    v
+fn lost_view(p: &Placed) -> Sandbox {
+    Sandbox {
+        state: api_types::State::Lost,
+        error: Some(format!("its node {} is lost", p.node_name)),
+        ..p.view.clone()
+    }
 }
 
 pub(crate) fn no_nodes() -> Response {
