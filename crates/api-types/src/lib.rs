@@ -8,11 +8,15 @@ use utoipa::{IntoParams, ToSchema};
 
 pub use model::{SnapshotType, State};
 
+mod error_code;
+pub use error_code::ErrorCode;
+
 /// Error body of every non-2xx response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
-    /// Machine-readable kind: bad_request, invalid_argument, unauthorized, not_found,
-    /// conflict, too_large, unsupported, over_capacity, unavailable, exec_failed, internal.
+    /// Machine-readable kind (see [`ErrorCode`]; clients keep working when a newer daemon
+    /// sends a code they do not know, so this stays a string on the wire).
+    #[schema(value_type = ErrorCode)]
     pub code: String,
     /// What was wrong, in a sentence.
     pub message: String,

@@ -1,5 +1,6 @@
 //! The daemon's error: one enum every front end maps to a status and a `{code, message}`.
 
+use api_types::ErrorCode;
 use model::State;
 
 use crate::backend::BackendError;
@@ -126,28 +127,34 @@ impl From<BackendError> for Error {
 }
 
 impl Error {
+    /// The machine-readable kind of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidArgument(_) => ErrorCode::InvalidArgument,
+            Error::ExecFailed(_) => ErrorCode::ExecFailed,
+            Error::Unauthorized(_) => ErrorCode::Unauthorized,
+            Error::Forbidden(_) => ErrorCode::Forbidden,
+            Error::BadGateway(_) => ErrorCode::BadGateway,
+            Error::Integrity(_) => ErrorCode::Integrity,
+            Error::NotFound(_) => ErrorCode::NotFound,
+            Error::WrongState { .. } | Error::Conflict(_) => ErrorCode::Conflict,
+            Error::TooLarge(_) => ErrorCode::TooLarge,
+            Error::Unsupported(_) => ErrorCode::Unsupported,
+            Error::OverCapacity(_) => ErrorCode::OverCapacity,
+            Error::InsufficientStorage(_) => ErrorCode::InsufficientStorage,
+            Error::ShuttingDown => ErrorCode::Unavailable,
+            Error::Backend(BackendError::TimedOut(_)) => ErrorCode::TimedOut,
+            Error::Backend(BackendError::Unavailable(_)) => ErrorCode::Unavailable,
+            Error::Backend(BackendError::Registry(_)) => ErrorCode::RegistryError,
+            Error::Backend(_) => ErrorCode::RuntimeError,
+            Error::Store(_) | Error::Ids(_) => ErrorCode::Internal,
+        }
+    }
+
     /// HTTP status and machine-readable code.
     pub fn status_code(&self) -> (u16, &'static str) {
-        match self {
-            Error::InvalidArgument(_) => (400, "invalid_argument"),
-            Error::ExecFailed(_) => (400, "exec_failed"),
-            Error::Unauthorized(_) => (401, "unauthorized"),
-            Error::Forbidden(_) => (403, "forbidden"),
-            Error::BadGateway(_) => (502, "bad_gateway"),
-            Error::Integrity(_) => (502, "integrity"),
-            Error::NotFound(_) => (404, "not_found"),
-            Error::WrongState { .. } | Error::Conflict(_) => (409, "conflict"),
-            Error::TooLarge(_) => (413, "too_large"),
-            Error::Unsupported(_) => (422, "unsupported"),
-            Error::OverCapacity(_) => (429, "over_capacity"),
-            Error::InsufficientStorage(_) => (507, "insufficient_storage"),
-            Error::ShuttingDown => (503, "unavailable"),
-            Error::Backend(BackendError::TimedOut(_)) => (408, "timed_out"),
-            Error::Backend(BackendError::Unavailable(_)) => (503, "unavailable"),
-            Error::Backend(BackendError::Registry(_)) => (502, "registry_error"),
-            Error::Backend(_) => (500, "runtime_error"),
-            Error::Store(_) | Error::Ids(_) => (500, "internal"),
-        }
+        let code = self.code();
+        (code.status(), code.as_str())
     }
 
     /// The same error for another caller waiting on the same work (status kept).

@@ -1,5 +1,7 @@
 /** Errors the SDK throws: one class per kind of failure, so callers can `instanceof`. */
 
+import { ERROR_STATUS } from "./codes.js";
+
 /** Every error the SDK throws. */
 export class SandforkError extends Error {
   override name = "SandforkError";
@@ -94,6 +96,6 @@ export function apiError(status: number, body: string): ApiError {
 /** The error an `{"type": "error", code, message}` stream event stands for. */
 export function streamError(event: { code?: string | null; message?: string | null }): SandforkError {
   const code = event.code ?? "error";
-  const status = code === "not_found" ? 404 : code === "conflict" ? 409 : code.startsWith("invalid") ? 400 : 500;
+  const status = ERROR_STATUS[code] ?? 500;
   return apiError(status, JSON.stringify({ code, message: event.message ?? code }));
 }

@@ -1091,13 +1091,18 @@ export interface components {
         /** @description Error body of every non-2xx response. */
         ErrorBody: {
             /**
-             * @description Machine-readable kind: bad_request, invalid_argument, unauthorized, not_found,
-             *     conflict, too_large, unsupported, over_capacity, unavailable, exec_failed, internal.
+             * @description Machine-readable kind (see [`ErrorCode`]; clients keep working when a newer daemon
+             *     sends a code they do not know, so this stays a string on the wire).
              */
-            code: string;
+            code: components["schemas"]["ErrorCode"];
             /** @description What was wrong, in a sentence. */
             message: string;
         };
+        /**
+         * @description The kind of an API error, as its `code` says it.
+         * @enum {string}
+         */
+        ErrorCode: "bad_request" | "invalid_argument" | "exec_failed" | "unauthorized" | "forbidden" | "not_found" | "conflict" | "timed_out" | "too_large" | "unsupported" | "over_capacity" | "bad_gateway" | "registry_error" | "integrity" | "insufficient_storage" | "unavailable" | "runtime_error" | "internal";
         /**
          * @description What happened to a sandbox, as `GET /v1/events` streams it.
          * @enum {string}

@@ -42,7 +42,7 @@ pub(super) async fn require(
     }
     let mut resp = error_response(
         StatusCode::UNAUTHORIZED,
-        "unauthorized",
+        api_types::ErrorCode::Unauthorized,
         "Missing or wrong bearer token".into(),
     );
     resp.headers_mut().insert(

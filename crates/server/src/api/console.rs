@@ -27,7 +27,7 @@ fn file(path: &str) -> Response {
     let Some((bytes, media_type)) = console_embed::asset(path) else {
         return super::error_response(
             StatusCode::NOT_FOUND,
-            "not_found",
+            api_types::ErrorCode::NotFound,
             format!("No console file {path}"),
         );
     };

@@ -33,7 +33,7 @@ use axum::{Json, Router};
 use crate::error::Error;
 use crate::logs::{RateLimit, Verdict};
 use crate::manager::Manager;
-use api_types::ErrorBody;
+use api_types::{ErrorBody, ErrorCode};
 pub use openapi::openapi_json;
 use sandfork_http::proxy::host_target;
 use sandfork_http::token::Token;
@@ -84,16 +84,16 @@ impl IntoResponse for ApiError {
 }
 
 /// A plain error response without a daemon error behind it.
-pub(crate) fn error_response(status: StatusCode, code: &'static str, message: String) -> Response {
+pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: String) -> Response {
     let mut resp = (
         status,
         Json(ErrorBody {
-            code: code.into(),
+            code: code.as_str().into(),
             message,
         }),
     )
         .into_response();
-    resp.extensions_mut().insert(ErrorKind(code));
+    resp.extensions_mut().insert(ErrorKind(code.as_str()));
     resp
 }
 
@@ -109,13 +109,17 @@ async fn count_errors(State(m): State<AppState>, req: Request, next: Next) -> Re
 }
 
 async fn fallback() -> Response {
-    error_response(StatusCode::NOT_FOUND, "not_found", "No such route".into())
+    error_response(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "No such route".into(),
+    )
 }
 
 async fn method_not_allowed() -> Response {
     error_response(
         StatusCode::METHOD_NOT_ALLOWED,
-        "bad_request",
+        ErrorCode::BadRequest,
         "Method not allowed".into(),
     )
 }

@@ -28,7 +28,7 @@ use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, v
         system::health, system::metrics, system::openapi,
     ),
     components(schemas(
-        api_types::ErrorBody, api_types::CreateSandbox, api_types::NetworkRequest, api_types::NetworkModeName,
+        api_types::ErrorBody, api_types::ErrorCode, api_types::CreateSandbox, api_types::NetworkRequest, api_types::NetworkModeName,
         api_types::Sandbox, api_types::UpdateSandbox, api_types::LabelsPatch, api_types::Labels, api_types::NetworkView, api_types::ForkInfo, api_types::SandboxList,
         api_types::ExecRequest, api_types::ExecResult, api_types::StreamEvent, api_types::Process,
         api_types::ProcessList, api_types::SpawnProcess, api_types::StdinModeName, api_types::OutputModeName,

@@ -31,6 +31,8 @@ import json
 import re
 from typing import Any, Dict, Optional, Type
 
+from ._codes import ERROR_STATUS
+
 
 class SandboxException(Exception):
     """Root of every exception the SDK raises (Tensorlake's base class)."""
@@ -302,26 +304,10 @@ def error_from_event(event: Dict[str, Any]) -> SandboxError:
     """Builds the typed exception for an in-stream ``{"type": "error"}`` record."""
     code = str(event.get("code") or "error")
     message = str(event.get("message") or "the daemon reported an error")
-    return _build(_BY_CODE.get(code, SandboxError), message, code, None)
+    status = ERROR_STATUS.get(code)
+    return _build(error_class_for(status) if status else SandboxError, message, code, None)
 
 
-_BY_CODE: Dict[str, Type[SandboxError]] = {
-    "bad_request": BadRequestError,
-    "invalid_argument": BadRequestError,
-    "exec_failed": BadRequestError,
-    "unauthorized": AuthError,
-    "not_found": NotFoundError,
-    "conflict": ConflictError,
-    "timed_out": RequestTimeoutError,
-    "too_large": TooLargeError,
-    "unsupported": UnsupportedError,
-    "over_capacity": CapacityError,
-    "unavailable": UnavailableError,
-    "insufficient_storage": ServerError,
-    "integrity": ServerError,
-    "runtime_error": ServerError,
-    "internal": ServerError,
-}
 
 
 def _parse_error_body(status: int, body: bytes) -> "tuple[str, str]":

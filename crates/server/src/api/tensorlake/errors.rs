@@ -20,7 +20,7 @@ pub(super) fn unsupported(what: &str) -> ApiError {
 pub(super) async fn missing(uri: Uri) -> Response {
     error_response(
         StatusCode::NOT_IMPLEMENTED,
-        "unsupported",
+        api_types::ErrorCode::Unsupported,
         format!("{} (see docs/compat.md)", missing_feature(uri.path())),
     )
 }
