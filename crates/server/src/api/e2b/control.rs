@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::errors::ApiErr;
+use super::launch::{self, Launch};
 use super::shapes::{self, NetworkConfig, NewSandbox, SandboxOut};
 use super::{envd, E2bState, Shared, API_KEY_HEADER};
 use crate::error::Error;
@@ -48,12 +49,14 @@ pub fn routes() -> Router<E2bState> {
         .route("/sandboxes/{id}/metrics", get(metrics))
         .route("/sandboxes/{id}/logs", get(logs))
         .route("/snapshots", get(list_snapshots))
-        .route("/templates/{*id}", axum::routing::delete(delete_snapshot))
+        // One segment (a snapshot id's `/` and `:` arrive encoded), beside the template
+        // build routes under `/templates/`.
+        .route("/templates/{id}", axum::routing::delete(delete_snapshot))
         .fallback(|| async { ApiErr::not_found("No such route in sandfork's E2B API") })
 }
 
 /// `X-API-KEY` must be the daemon's API token (any key when the listener has none).
-fn check_key(s: &Shared, headers: &axum::http::HeaderMap) -> Result<(), ApiErr> {
+pub(super) fn check_key(s: &Shared, headers: &axum::http::HeaderMap) -> Result<(), ApiErr> {
     let Some(token) = &s.token else {
         return Ok(());
     };
@@ -69,7 +72,7 @@ fn check_key(s: &Shared, headers: &axum::http::HeaderMap) -> Result<(), ApiErr> 
 }
 
 /// Parses a JSON body leniently (unknown fields are E2B's business); empty is `{}`.
-fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErr> {
+pub(super) fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErr> {
     let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
         &b"{}"[..]
     } else {
@@ -79,7 +82,10 @@ fn body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErr> {
 }
 
 /// Reads a bounded body (chunked or not).
-async fn read(s: &Shared, req: Request) -> Result<(axum::http::HeaderMap, Bytes), ApiErr> {
+pub(super) async fn read(
+    s: &Shared,
+    req: Request,
+) -> Result<(axum::http::HeaderMap, Bytes), ApiErr> {
     let (parts, body) = req.into_parts();
     check_key(s, &parts.headers)?;
     let limit = s.manager.config().max_json_bytes;
@@ -145,14 +151,21 @@ fn created(json: impl serde::Serialize) -> Response {
 async fn create(State(s): State<E2bState>, req: Request) -> Answer {
     let (headers, bytes) = read(&s, req).await?;
     let req: NewSandbox = body(&bytes)?;
-    let create = to_create(&s, req).await?;
+    let (create, ready) = to_create(&s, req).await?;
     let v = s.manager.create(create).await?;
     warm_users(&s, &v.id);
+    if let Some(ready) = ready {
+        if let Err(e) = launch::wait_ready(&s, &v.id, &ready).await {
+            let _ = s.manager.terminate(&v.id).await;
+            return Err(e);
+        }
+    }
     Ok(created(sandbox_out(&s, &v, domain(&s, &headers))?))
 }
 
-/// The daemon's create request for E2B's.
-async fn to_create(s: &Shared, req: NewSandbox) -> Result<CreateSandbox, ApiErr> {
+/// The daemon's create request for E2B's, and the ready command of its template (one
+/// built through E2B's template API) to wait for.
+async fn to_create(s: &Shared, req: NewSandbox) -> Result<(CreateSandbox, Option<String>), ApiErr> {
     if req.mcp.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiErr::missing("mcp (the MCP gateway)"));
     }
@@ -163,7 +176,7 @@ async fn to_create(s: &Shared, req: NewSandbox) -> Result<CreateSandbox, ApiErr>
     if let Some(feature) = net.unsupported() {
         return Err(ApiErr::missing(feature));
     }
-    let (image, snapshot_id) = resolve_template(s, &req.template_id).await?;
+    let (image, snapshot_id, launch) = resolve_template(s, &req.template_id).await?;
     let mut labels = shapes::labels_of(&req.metadata.unwrap_or_default());
     labels.insert(shapes::TEMPLATE_LABEL.into(), req.template_id.clone());
     if req.auto_resume.is_some_and(|a| a.enabled) {
@@ -180,9 +193,12 @@ async fn to_create(s: &Shared, req: NewSandbox) -> Result<CreateSandbox, ApiErr>
     } else {
         OnTimeout::Terminate
     };
-    Ok(CreateSandbox {
+    let create = CreateSandbox {
         image,
         snapshot_id,
+        entrypoint: launch.entrypoint(),
+        cpus: launch.cpus,
+        memory_mb: launch.memory_mb,
         timeout_secs: Some(req.timeout.unwrap_or(DEFAULT_TIMEOUT)),
         on_timeout: Some(on_timeout),
         env: req.env_vars.unwrap_or_default(),
@@ -201,7 +217,8 @@ async fn to_create(s: &Shared, req: NewSandbox) -> Result<CreateSandbox, ApiErr>
             })
             .collect(),
         ..Default::default()
-    })
+    };
+    Ok((create, launch.ready_cmd))
 }
 
 /// Reads the new sandbox's accounts ahead of its first envd request.
@@ -212,17 +229,18 @@ fn warm_users(s: &E2bState, id: &str) {
     });
 }
 
-/// A template: a snapshot id, an image name, or `base` (the default image).
+/// A template: a snapshot id, an image name, or `base` (the default image); with what
+/// an image built through E2B's template API asks of its sandboxes.
 async fn resolve_template(
     s: &Shared,
     template: &str,
-) -> Result<(Option<String>, Option<String>), ApiErr> {
+) -> Result<(Option<String>, Option<String>, Launch), ApiErr> {
     if template.starts_with("snap-") && s.manager.get_snapshot(template).await.is_ok() {
-        return Ok((None, Some(template.to_string())));
+        return Ok((None, Some(template.to_string()), Launch::default()));
     }
     match s.manager.image_details(template).await {
-        Ok(_) => Ok((Some(template.to_string()), None)),
-        Err(Error::NotFound(_)) if template == "base" => Ok((None, None)),
+        Ok(d) => Ok((Some(template.to_string()), None, Launch::of(&d.labels))),
+        Err(Error::NotFound(_)) if template == "base" => Ok((None, None, Launch::default())),
         Err(Error::NotFound(_)) | Err(Error::InvalidArgument(_)) => Err(ApiErr::not_found(
             format!("template '{template}' not found: build or pull an image of that name first"),
         )),

@@ -6,8 +6,9 @@
 //! the daemon's own types and served by the same [`Manager`] methods as `/v1`. Two planes:
 //!
 //! * the control plane (`/v2/sandboxes`, `/sandboxes/{id}/…`, `/snapshots`,
-//!   `/templates/{id}`), chosen by path when the request carries `X-API-KEY` (the daemon's
-//!   API token);
+//!   `/templates/…` and the template build API `/v3/templates`, `/v2/templates/…`), chosen
+//!   by path when the request carries `X-API-KEY` (the daemon's API token) — or, for the
+//!   PUT of a template's files, a signature the daemon handed out;
 //! * envd, the in-sandbox daemon of E2B (`/health`, `/files`, Connect-RPC
 //!   `/process.Process/*` and `/filesystem.Filesystem/*`), chosen by the `E2b-Sandbox-Id`
 //!   header and served from the host over the sandbox's agent: nothing new runs inside.
@@ -16,6 +17,7 @@
 //!
 //! Anything else passes on untouched.
 
+mod build_plan;
 mod connect;
 mod control;
 mod envd;
@@ -23,9 +25,11 @@ mod errors;
 mod files;
 mod filesystem;
 mod gate;
+mod launch;
 mod multipart;
 mod process;
 mod shapes;
+mod templates;
 mod users;
 
 use std::sync::Arc;
@@ -52,6 +56,7 @@ pub struct Shared {
     pub gates: gate::Gates,
     pub users: users::Users,
     pub watchers: filesystem::Watchers,
+    pub templates: templates::Templates,
 }
 
 /// The handlers' state.
@@ -72,9 +77,12 @@ impl Edge {
             gates: gate::Gates::default(),
             users: users::Users::default(),
             watchers: filesystem::Watchers::default(),
+            templates: templates::Templates::default(),
         });
         Edge {
-            control: control::routes().with_state(shared.clone()),
+            control: control::routes()
+                .merge(templates::routes())
+                .with_state(shared.clone()),
             envd: envd_routes().with_state(shared),
         }
     }
@@ -113,8 +121,16 @@ fn plane(headers: &HeaderMap, path: &str, query: Option<&str>) -> Option<Plane> 
         || path.starts_with("/v2/sandboxes/")
         || path.starts_with("/sandboxes/")
         || path == "/snapshots"
-        || path.starts_with("/templates/");
-    (control && headers.contains_key(API_KEY_HEADER)).then_some(Plane::Control)
+        || path == "/templates"
+        || path.starts_with("/templates/")
+        || path == "/v2/templates"
+        || path.starts_with("/v2/templates/")
+        || path == "/v3/templates";
+    // The upload URL of a template's files is signed instead (the SDKs PUT to it bare).
+    let upload = path.starts_with("/templates/")
+        && path.contains("/files/")
+        && query.is_some_and(|q| q.contains("signature="));
+    (control && (headers.contains_key(API_KEY_HEADER) || upload)).then_some(Plane::Control)
 }
 
 /// envd's routes: its process and filesystem services, `/files` and `/health` (each
@@ -143,10 +159,20 @@ mod tests {
             Some(Plane::Envd)
         );
         assert_eq!(plane(&h, "/files", Some("path=a")), None);
+        assert_eq!(
+            plane(&h, "/templates/t/files/ab", Some("signature=x")),
+            Some(Plane::Control)
+        );
+        assert_eq!(plane(&h, "/templates/t/files/ab", None), None);
         h.insert(API_KEY_HEADER, "k".parse().unwrap());
         assert_eq!(plane(&h, "/v2/sandboxes", None), Some(Plane::Control));
         assert_eq!(plane(&h, "/sandboxes/x/pause", None), Some(Plane::Control));
         assert_eq!(plane(&h, "/templates/a%2Fb", None), Some(Plane::Control));
+        assert_eq!(plane(&h, "/v3/templates", None), Some(Plane::Control));
+        assert_eq!(
+            plane(&h, "/v2/templates/t/builds/b", None),
+            Some(Plane::Control)
+        );
         assert_eq!(plane(&h, "/v1/sandboxes", None), None);
         h.insert(SANDBOX_HEADER, "sb".parse().unwrap());
         assert_eq!(plane(&h, "/v1/sandboxes", None), None, "not an envd path");
