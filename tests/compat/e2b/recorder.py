@@ -566,6 +566,9 @@ class Store:
         self.lock = threading.RLock()
         self.sandboxes = {}
         self.snapshots = {}  # id -> dict(names, fs_dir, sandbox_id, created)
+        self.template_ids = {}  # template name -> template id
+        self.template_files = set()  # uploaded files hashes
+        self.builds = {}  # build id -> dict(template, name, status, logs, polls, failed)
 
     def get(self, sid):
         with self.lock:
@@ -992,6 +995,9 @@ class Handler(BaseHTTPRequestHandler):
     def handle_api(self):
         body = self.read_body()
         key = self.headers.get("X-API-KEY")
+        up = re.match(r"^/templates/([^/]+)/files/([0-9a-f]{64})$", self.req_path)
+        if self.command == "PUT" and up and self.query.get("signature"):
+            return self.api_template_upload(up.group(1), up.group(2), self.query["signature"][0])
         if key != CFG.api_key:
             return self.api_error(401, "Invalid API key, please visit https://e2b.dev/docs/api-key for more information.")
         data = None
@@ -1016,6 +1022,11 @@ class Handler(BaseHTTPRequestHandler):
             ("POST", r"^/sandboxes/([^/]+)/fork$", self.api_fork),
             ("POST", r"^/sandboxes/([^/]+)/snapshots$", self.api_snapshot),
             ("GET", r"^/snapshots$", self.api_list_snapshots),
+            ("POST", r"^/v3/templates$", self.api_template_request),
+            ("GET", r"^/templates/aliases/([^/]+)$", self.api_template_alias),
+            ("GET", r"^/templates/([^/]+)/files/([^/]+)$", self.api_template_files),
+            ("POST", r"^/v2/templates/([^/]+)/builds/([^/]+)$", self.api_template_build),
+            ("GET", r"^/templates/([^/]+)/builds/([^/]+)/status$", self.api_template_status),
             ("DELETE", r"^/templates/(.+)$", self.api_delete_template),
             ("PUT", r"^/sandboxes/([^/]+)/network$", self.api_network),
             ("GET", r"^/sandboxes/([^/]+)/metrics$", self.api_metrics),
@@ -1027,6 +1038,81 @@ class Handler(BaseHTTPRequestHandler):
                 groups = [g for g in mm.groups() if g and not g.startswith("v2")]
                 return fn(data, *[urllib.parse.unquote(g) for g in groups])
         return self.api_error(404, "no route for %s %s" % (m, p))
+
+    # Templates: builds are faked (no step runs); a RUN that says `exit 3` or is `false`
+    # fails at its step. Files are "present" once uploaded.
+
+    def api_template_request(self, data):
+        data = data or {}
+        name = data.get("name") or data.get("alias")
+        if not name:
+            return self.api_error(400, "name is required")
+        base, _, tag = name.partition(":")
+        bid = "%s-%s-%s-%s-%s" % tuple(secrets.token_hex(n) for n in (4, 2, 2, 2, 6))
+        with STORE.lock:
+            tid = STORE.template_ids.setdefault(base, rand_id())
+            STORE.builds[bid] = {"template": tid, "name": base, "status": "waiting", "logs": [], "polls": 0}
+        tags = [tag or "default", *(data.get("tags") or [])]
+        self.send_json(202, {"templateID": tid, "buildID": bid, "public": False, "names": [base],
+                             "tags": tags, "aliases": [base]})
+
+    def api_template_alias(self, data, alias):
+        with STORE.lock:
+            tid = STORE.template_ids.get(alias)
+        if tid is None:
+            return self.api_error(404, "template '%s' not found" % alias)
+        self.send_json(200, {"templateID": tid, "public": False})
+
+    def api_template_files(self, data, tid, files_hash):
+        with STORE.lock:
+            present = files_hash in STORE.template_files
+        if present:
+            return self.send_json(201, {"present": True})
+        sig = hashlib.sha256(("%s/%s" % (tid, files_hash)).encode()).hexdigest()
+        host = self.headers.get("Host", "127.0.0.1:3000")
+        self.send_json(201, {"present": False, "url": "http://%s/templates/%s/files/%s?signature=%s" % (host, tid, files_hash, sig)})
+
+    def api_template_upload(self, tid, files_hash, sig):
+        if sig != hashlib.sha256(("%s/%s" % (tid, files_hash)).encode()).hexdigest():
+            return self.api_error(403, "bad signature")
+        with STORE.lock:
+            STORE.template_files.add(files_hash)
+        self.send_empty(200)
+
+    def api_template_build(self, data, tid, bid):
+        with STORE.lock:
+            b = STORE.builds.get(bid)
+        if b is None or b["template"] != tid:
+            return self.api_error(404, "build '%s' not found" % bid)
+        steps = (data or {}).get("steps") or []
+        t = lambda: rfc3339(now_utc())
+        logs = [{"timestamp": t(), "level": "info", "message": "Building template %s/%s" % (tid, bid)}]
+        failed = None
+        for i, st in enumerate(steps, 1):
+            logs.append({"timestamp": t(), "level": "info", "message": "[builder %d/%d] %s %s" % (i, len(steps), st.get("type"), " ".join(st.get("args") or [])), "step": str(i)})
+            cmd = (st.get("args") or [""])[0]
+            if st.get("type") == "RUN" and ("exit 3" in cmd or cmd == "false"):
+                failed = i
+                break
+        with STORE.lock:
+            b.update(status="building", logs=logs, failed=failed)
+        self.send_empty(202)
+
+    def api_template_status(self, data, tid, bid):
+        with STORE.lock:
+            b = STORE.builds.get(bid)
+            if b is None or b["template"] != tid:
+                return self.api_error(404, "build '%s' not found" % bid)
+            b["polls"] += 1
+            status = b["status"] if b["polls"] < 2 else ("error" if b.get("failed") else "ready")
+            logs = b["logs"] if status != "building" else b["logs"][:1]
+        offset = int(self.query.get("logsOffset", ["0"])[0] or 0)
+        out = {"templateID": tid, "buildID": bid, "status": status, "logEntries": logs[offset:offset + 100], "logs": []}
+        if status == "error":
+            n = b["failed"]
+            msg = "failed to run command: step %d exited with code 3" % n
+            out["reason"] = {"message": msg, "step": str(n), "logEntries": logs[-2:]}
+        self.send_json(200, out)
 
     def _not_found(self, sid):
         return self.api_error(404, "sandbox \"%s\" doesn't exist or you don't have access to it" % sid)

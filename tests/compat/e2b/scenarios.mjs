@@ -527,7 +527,88 @@ async function keepalive() {
   return obs
 }
 
-const SCENARIOS = { lifecycle, create_options, list_pagination, pause_resume, snapshot_fork, commands, background, files, watch, pty, errors, keepalive }
+// Templates ------------------------------------------------------------------------------
+
+// Set by record.sh: the recorder fakes builds (it runs no step), so only the wire is
+// checked there, not what a step did inside the sandbox.
+const RECORDING = process.env.SCENARIO_RECORDING === '1'
+
+function templateContext() {
+  const dir = fs.mkdtempSync(path.join(process.env.TMPDIR || '/tmp', 'e2b-tpl-'))
+  fs.mkdirSync(path.join(dir, 'data', 'sub'), { recursive: true })
+  fs.writeFileSync(path.join(dir, 'data', 'hello.txt'), 'hello from the context\n')
+  fs.writeFileSync(path.join(dir, 'data', 'sub', 'deep.txt'), 'deep\n')
+  return dir
+}
+
+const asRoot = async (sb, cmd) => (await sb.commands.run(cmd, { user: 'root' })).stdout
+
+async function templates() {
+  const { Template, BuildError, waitForFile } = e2b
+  const obs = {}
+  const ctx = templateContext()
+  const name = 'compat-js-builder'
+  const builder = Template({ fileContextPath: ctx })
+    .fromTemplate(TEMPLATE)
+    .copy('data/hello.txt', '/home/user/hello.txt')
+    .copy('data/sub', '/opt/sub/')
+    .setEnvs({ GREETING: 'hi there' })
+    .runCmd('echo built-$GREETING > /opt/built.txt')
+    .setWorkdir('/opt')
+    .setUser('user')
+    .setStartCmd('echo started > /tmp/started; sleep infinity', waitForFile('/tmp/started'))
+  const logs = []
+  const info = await Template.build(builder, name, { cpuCount: 1, memoryMB: 1024, onBuildLogs: (e) => logs.push(e) })
+  obs.build = { templateId: info.templateId, name: info.name, logCount: logs.length }
+  check(info.name === name, 'the build answers the template name')
+  check((await Template.exists(name)) === true, 'the built template exists')
+  check((await Template.exists('compat-js-never-built')) === false, 'an unknown template does not')
+  let sb = await Sandbox.create(name, { timeoutMs: 120_000 })
+  try {
+    if (!RECORDING) {
+      check((await asRoot(sb, 'cat /home/user/hello.txt')) === 'hello from the context\n', 'the COPY of a file')
+      check((await asRoot(sb, 'cat /opt/sub/deep.txt')) === 'deep\n', 'the COPY of a directory')
+      check((await sb.commands.run('echo $GREETING')).stdout === 'hi there\n', 'the ENV reaches commands')
+      check((await asRoot(sb, 'cat /opt/built.txt')) === 'built-hi there\n', "the RUN's effect, with the ENV")
+      check((await asRoot(sb, 'cat /tmp/started')) === 'started\n', 'the start command ran before create answered')
+      const sinfo = await sb.getInfo()
+      check(sinfo.memoryMB === 1024, `the template's memoryMB: ${sinfo.memoryMB}`)
+    }
+  } finally {
+    await sb.kill()
+  }
+  const again = []
+  await Template.build(builder, name, { onBuildLogs: (e) => again.push(e) })
+  const messages = again.map((e) => String(e.message))
+  obs.secondBuildLogs = messages.slice(0, 30)
+  check(messages.some((m) => m.includes('already cached')), 'the second build skips the upload')
+  if (!RECORDING) check(messages.some((m) => m.includes('(cached)')), 'the second build reuses cached steps')
+
+  const dockerfile = `FROM ${TEMPLATE}\nCOPY data/hello.txt /srv/hello.txt\nENV MODE=dockerfile\nRUN echo $MODE > /srv/mode.txt\n`
+  await Template.build(Template({ fileContextPath: ctx }).fromDockerfile(dockerfile), 'compat-js-dockerfile')
+  sb = await Sandbox.create('compat-js-dockerfile', { timeoutMs: 120_000 })
+  try {
+    if (!RECORDING) {
+      check((await asRoot(sb, 'cat /srv/hello.txt')) === 'hello from the context\n', 'Dockerfile COPY')
+      check((await asRoot(sb, 'cat /srv/mode.txt')) === 'dockerfile\n', 'Dockerfile RUN with its ENV')
+      check((await sb.commands.run('echo $MODE')).stdout === 'dockerfile\n', 'Dockerfile ENV')
+    }
+  } finally {
+    await sb.kill()
+  }
+
+  const failing = Template().fromTemplate(TEMPLATE).runCmd('echo fine').runCmd('echo about to fail; exit 3')
+  obs.failing = await expectError(() => Template.build(failing, 'compat-js-fails'), BuildError)
+  check(obs.failing.message.includes('step 2'), `the error names the failing step: ${obs.failing.message}`)
+  if (!RECORDING) {
+    // sandfork has no template tags: a name:tag build is refused, naming them.
+    obs.tags = await expectError(() => Template.build(failing, 'compat-js-fails:v1'), BuildError)
+    check(obs.tags.message.includes('template tags'), 'tags are refused by name')
+  }
+  return obs
+}
+
+const SCENARIOS = { lifecycle, create_options, list_pagination, pause_resume, snapshot_fork, commands, background, files, watch, pty, errors, keepalive, templates }
 
 async function main(argv) {
   if (argv.includes('--list')) {

@@ -590,6 +590,137 @@ def sc_async_basics():
     return asyncio.run(_async_basics())
 
 
+# Templates ------------------------------------------------------------------------------
+
+# Set by record.sh: the recorder fakes builds (it runs no step), so only the wire is
+# checked there, not what a step did inside the sandbox.
+RECORDING = os.environ.get("SCENARIO_RECORDING") == "1"
+
+
+def template_context():
+    """A directory of local files for COPY: data/hello.txt and data/sub/deep.txt."""
+    import tempfile
+
+    ctx = tempfile.mkdtemp(prefix="e2b-tpl-")
+    os.makedirs(os.path.join(ctx, "data", "sub"))
+    with open(os.path.join(ctx, "data", "hello.txt"), "w") as f:
+        f.write("hello from the context\n")
+    with open(os.path.join(ctx, "data", "sub", "deep.txt"), "w") as f:
+        f.write("deep\n")
+    return ctx
+
+
+def run_out(sb, cmd):
+    return sb.commands.run(cmd, user="root").stdout
+
+
+def sc_templates():
+    from e2b import Template, wait_for_file
+
+    obs = {}
+    ctx = template_context()
+    name = "compat-py-builder"
+    builder = (
+        Template(file_context_path=ctx)
+        .from_template(TEMPLATE)
+        .copy("data/hello.txt", "/home/user/hello.txt")
+        .copy("data/sub", "/opt/sub/")
+        .set_envs({"GREETING": "hi there"})
+        .run_cmd("echo built-$GREETING > /opt/built.txt")
+        .set_workdir("/opt")
+        .set_user("user")
+        .set_start_cmd("echo started > /tmp/started; sleep infinity", wait_for_file("/tmp/started"))
+    )
+    logs = []
+    info = Template.build(builder, name, cpu_count=1, memory_mb=1024, on_build_logs=logs.append)
+    obs["build"] = {"template_id": info.template_id, "name": info.name, "log_count": len(logs)}
+    obs["first_logs"] = [str(e.message) for e in logs][:8]
+    check(info.name == name, "the build answers the template's name")
+    check(Template.exists(name) is True, "the built template exists")
+    check(Template.exists("compat-py-never-built") is False, "an unknown template does not")
+    sb = Sandbox.create(template=name, timeout=120)
+    try:
+        if not RECORDING:
+            check(run_out(sb, "cat /home/user/hello.txt") == "hello from the context\n", "the COPY of a file")
+            check(run_out(sb, "cat /opt/sub/deep.txt") == "deep\n", "the COPY of a directory")
+            check(sb.commands.run("echo $GREETING").stdout == "hi there\n", "the ENV reaches commands")
+            check(run_out(sb, "cat /opt/built.txt") == "built-hi there\n", "the RUN's effect, with the ENV")
+            check(run_out(sb, "cat /tmp/started") == "started\n", "the start command ran before create answered")
+        sinfo = sb.get_info()
+        obs["sandbox_template"] = sinfo.template_id
+        obs["sandbox_resources"] = [sinfo.cpu_count, sinfo.memory_mb]
+        if not RECORDING:
+            check(sinfo.memory_mb == 1024, "the template's memory_mb: %r" % sinfo.memory_mb)
+    finally:
+        sb.kill()
+    # The same template again: the files are here already, the steps come from the cache.
+    again = []
+    Template.build(builder, name, on_build_logs=again.append)
+    messages = [str(e.message) for e in again]
+    obs["second_build_logs"] = messages[:30]
+    check(any("already cached" in m for m in messages), "the second build skips the upload")
+    if not RECORDING:
+        check(any("(cached)" in m for m in messages), "the second build reuses cached steps")
+
+    dockerfile = (
+        "FROM %s\n"
+        "COPY data/hello.txt /srv/hello.txt\n"
+        "ENV MODE=dockerfile\n"
+        "RUN echo $MODE > /srv/mode.txt\n" % TEMPLATE
+    )
+    df = Template(file_context_path=ctx).from_dockerfile(dockerfile)
+    Template.build(df, "compat-py-dockerfile")
+    sb = Sandbox.create(template="compat-py-dockerfile", timeout=120)
+    try:
+        if not RECORDING:
+            check(run_out(sb, "cat /srv/hello.txt") == "hello from the context\n", "Dockerfile COPY")
+            check(run_out(sb, "cat /srv/mode.txt") == "dockerfile\n", "Dockerfile RUN with its ENV")
+            check(sb.commands.run("echo $MODE").stdout == "dockerfile\n", "Dockerfile ENV")
+    finally:
+        sb.kill()
+
+    failing = Template().from_template(TEMPLATE).run_cmd("echo fine").run_cmd("echo about to fail; exit 3")
+    obs["failing"] = expect_error(lambda: Template.build(failing, "compat-py-fails"), e2b.BuildException)
+    check("step 2" in obs["failing"]["message"], "the error names the failing step: %s" % obs["failing"]["message"])
+    if not RECORDING:
+        # sandfork has no template tags: a name:tag build is refused, naming them.
+        obs["tags"] = expect_error(lambda: Template.build(failing, "compat-py-fails:v1"), e2b.BuildException)
+        check("template tags" in obs["tags"]["message"], "tags are refused by name")
+    return obs
+
+
+async def _templates_async():
+    from e2b import AsyncTemplate
+
+    obs = {}
+    ctx = template_context()
+    t = (
+        AsyncTemplate(file_context_path=ctx)
+        .from_image(TEMPLATE)
+        .copy("data/hello.txt", "/srv/async.txt")
+        .run_cmd("wc -c < /srv/async.txt > /srv/size.txt")
+    )
+    info = await AsyncTemplate.build(t, "compat-py-async")
+    obs["build"] = {"template_id": info.template_id, "build_id": bool(info.build_id)}
+    sb = await AsyncSandbox.create(template="compat-py-async", timeout=120)
+    try:
+        if not RECORDING:
+            r = await sb.commands.run("cat /srv/size.txt", user="root")
+            check(r.stdout.strip() == "23", "the async build's RUN: %r" % r.stdout)
+    finally:
+        await sb.kill()
+    obs["failing"] = await aexpect_error(
+        lambda: AsyncTemplate.build(AsyncTemplate().from_image(TEMPLATE).run_cmd("false"), "compat-py-async-fails"),
+        e2b.BuildException,
+    )
+    check("step 1" in obs["failing"]["message"], "the async error names the step")
+    return obs
+
+
+def sc_templates_async():
+    return asyncio.run(_templates_async())
+
+
 SCENARIOS = {
     "lifecycle": sc_lifecycle,
     "create_options": sc_create_options,
@@ -604,6 +735,8 @@ SCENARIOS = {
     "errors": sc_errors,
     "keepalive": sc_keepalive,
     "async_basics": sc_async_basics,
+    "templates": sc_templates,
+    "templates_async": sc_templates_async,
 }
 
 

@@ -37,8 +37,10 @@ PY_SCENARIOS: Dict[str, Optional[str]] = {
     "errors": None,
     "keepalive": None,
     "async_basics": None,
+    "templates": None,
+    "templates_async": None,
 }
-JS_SCENARIOS: Dict[str, Optional[str]] = {k: v for k, v in PY_SCENARIOS.items() if k != "async_basics"}
+JS_SCENARIOS: Dict[str, Optional[str]] = {k: v for k, v in PY_SCENARIOS.items() if k not in ("async_basics", "templates_async")}
 
 
 def run_driver(server: E2bServer, argv, env, names) -> Dict[str, dict]:
