@@ -27,7 +27,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::any;
 use axum::{Json, Router};
 
 use crate::error::Error;
@@ -37,6 +37,8 @@ use api_types::{ErrorBody, ErrorCode};
 pub use openapi::openapi_json;
 use sandfork_http::proxy::host_target;
 use sandfork_http::token::Token;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What every handler can reach.
 pub type AppState = Arc<Manager>;
@@ -124,100 +126,53 @@ async fn method_not_allowed() -> Response {
     )
 }
 
-fn sandbox_routes() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/v1/sandboxes",
-            post(sandboxes::create).get(sandboxes::list),
-        )
-        .route(
-            "/v1/sandboxes/{id}",
-            get(sandboxes::get)
-                .patch(sandboxes::update)
-                .delete(sandboxes::terminate),
-        )
-        .route(
-            "/v1/sandboxes/{id}/labels",
-            axum::routing::patch(sandboxes::patch_labels),
-        )
-        .route("/v1/sandboxes/{id}/stats", get(sandboxes::stats))
-        .route("/v1/sandboxes/{id}/port-urls", post(sandboxes::port_url))
-        .route(
-            "/v1/sandboxes/{id}/access-token",
-            post(sandboxes::rotate_access_token),
-        )
-        .route("/v1/events", get(events::events))
-        .route("/v1/sandboxes/{id}/exec", post(exec::exec))
-        .route(
-            "/v1/sandboxes/{id}/processes",
-            post(processes::spawn).get(processes::list),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}",
-            get(processes::get).delete(processes::stop),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/restart",
-            post(processes::restart),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/output",
-            get(processes::output),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/stdin",
-            post(processes::stdin),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/stdin/close",
-            post(processes::close_stdin),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/signal",
-            post(processes::signal),
-        )
-        .route(
-            "/v1/sandboxes/{id}/processes/{pid}/wait",
-            post(processes::wait),
-        )
-        .route("/v1/sandboxes/{id}/logs", get(processes::logs))
-        .route("/v1/sandboxes/{id}/pty", post(pty::create))
-        .route("/v1/sandboxes/{id}/pty/{pid}/resize", post(pty::resize))
-        .route("/v1/sandboxes/{id}/pty/{pid}/connect", get(pty::connect))
-        .route(
-            "/v1/sandboxes/{id}/files",
-            get(files::download)
-                .put(files::upload)
-                .delete(files::remove),
-        )
-        .route("/v1/sandboxes/{id}/files/list", get(files::list))
-        .route("/v1/sandboxes/{id}/files/watch", get(files::watch))
-        .route("/v1/sandboxes/{id}/files/stat", get(files::stat))
-        .route("/v1/sandboxes/{id}/files/mkdir", post(files::mkdir))
-}
-
-fn other_routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/images", get(images::list).post(images::build))
-        .route(
-            "/v1/images/{name}",
-            get(images::inspect).delete(images::delete),
-        )
-        .route("/v1/images/{name}/ensure", post(images::ensure))
-        .route("/v1/images/pull", post(images::pull))
-        .route("/v1/images/build", post(images::build_dockerfile))
-        .route("/v1/images/from-snapshot", post(images::from_snapshot))
-        .route("/v1/images/import", post(images::import))
-        .route("/v1/images/push", post(images::push))
-        .route("/v1/images/{name}/export", get(images::export))
-        .route("/v1/volumes", get(volumes::list).post(volumes::create))
-        .route(
-            "/v1/volumes/{name}",
-            get(volumes::inspect).delete(volumes::delete),
-        )
-        .route("/v1/health", get(system::health))
-        .route("/v1/openapi.json", get(system::openapi))
-        .route("/metrics", get(system::metrics))
+/// Every route of the native API, each registered once: a handler's `#[utoipa::path]`
+/// gives both its route and its entry in the OpenAPI document (`openapi::document`).
+pub(crate) fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(sandboxes::create, sandboxes::list))
+        .routes(routes!(
+            sandboxes::get,
+            sandboxes::update,
+            sandboxes::terminate
+        ))
+        .routes(routes!(sandboxes::patch_labels))
+        .routes(routes!(sandboxes::stats))
+        .routes(routes!(sandboxes::port_url))
+        .routes(routes!(sandboxes::rotate_access_token))
+        .routes(routes!(events::events))
+        .routes(routes!(exec::exec))
+        .routes(routes!(processes::spawn, processes::list))
+        .routes(routes!(processes::get, processes::stop))
+        .routes(routes!(processes::restart))
+        .routes(routes!(processes::output))
+        .routes(routes!(processes::stdin))
+        .routes(routes!(processes::close_stdin))
+        .routes(routes!(processes::signal))
+        .routes(routes!(processes::wait))
+        .routes(routes!(processes::logs))
+        .routes(routes!(pty::create))
+        .routes(routes!(pty::resize))
+        .routes(routes!(pty::connect))
+        .routes(routes!(files::download, files::upload, files::remove))
+        .routes(routes!(files::list))
+        .routes(routes!(files::watch))
+        .routes(routes!(files::stat))
+        .routes(routes!(files::mkdir))
+        .routes(routes!(images::list, images::build))
+        .routes(routes!(images::inspect, images::delete))
+        .routes(routes!(images::ensure))
+        .routes(routes!(images::pull))
+        .routes(routes!(images::build_dockerfile))
+        .routes(routes!(images::from_snapshot))
+        .routes(routes!(images::import))
+        .routes(routes!(images::push))
+        .routes(routes!(images::export))
+        .routes(routes!(volumes::list, volumes::create))
+        .routes(routes!(volumes::inspect, volumes::delete))
+        .routes(routes!(system::health))
+        .routes(routes!(system::openapi))
+        .routes(routes!(system::metrics))
         .merge(snapshots::routes())
 }
 
@@ -227,8 +182,8 @@ fn other_routes() -> Router<AppState> {
 /// same token.
 pub fn router(manager: Arc<Manager>, token: Option<Token>) -> Router {
     let token = token.map(Arc::new);
-    let mut app = sandbox_routes()
-        .merge(other_routes())
+    let (api, _) = api_routes().split_for_parts();
+    let mut app = api
         .merge(tensorlake::routes())
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)

@@ -4,45 +4,9 @@ use utoipa::openapi::path::Operation;
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{exec, files, images, processes, pty, sandboxes, snapshots, system, volumes};
-
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandfork", description = "Isolated Linux sandboxes: snapshot once, fork many.", version = "1"),
-    paths(
-        sandboxes::create, sandboxes::list, sandboxes::get, sandboxes::update, sandboxes::patch_labels,
-        sandboxes::stats, sandboxes::port_url, sandboxes::rotate_access_token,
-        super::events::events,
-        sandboxes::terminate,
-        exec::exec,
-        processes::spawn, processes::list, processes::get, processes::output, processes::stdin,
-        processes::close_stdin, processes::signal, processes::wait, processes::restart,
-        processes::stop,
-        pty::create, pty::resize, pty::connect, processes::logs,
-        files::download, files::upload, files::remove, files::list, files::watch, files::stat, files::mkdir,
-        images::list, images::build, images::ensure, images::pull, images::build_dockerfile, images::from_snapshot, images::import, images::export, images::push, images::inspect, images::delete,
-        volumes::create, volumes::list, volumes::inspect, volumes::delete,
-        snapshots::checkpoint, snapshots::fork_sandbox, snapshots::suspend, snapshots::resume,
-        snapshots::list, snapshots::get_one, snapshots::delete, snapshots::publish, snapshots::fork_snapshot,
-        snapshots::export, snapshots::import,
-        system::health, system::metrics, system::openapi,
-    ),
-    components(schemas(
-        api_types::ErrorBody, api_types::ErrorCode, api_types::CreateSandbox, api_types::NetworkRequest, api_types::NetworkModeName,
-        api_types::Sandbox, api_types::UpdateSandbox, api_types::LabelsPatch, api_types::Labels, api_types::NetworkView, api_types::ForkInfo, api_types::SandboxList,
-        api_types::ExecRequest, api_types::ExecResult, api_types::StreamEvent, api_types::Process,
-        api_types::ProcessList, api_types::SpawnProcess, api_types::StdinModeName, api_types::OutputModeName,
-        api_types::RestartPolicyName, api_types::RestartConfig, api_types::HealthCheckKind,
-        api_types::HealthCheckConfig, api_types::ProcessExit, api_types::ManagedProcess,
-        api_types::SignalRequest, api_types::SignalSpec, api_types::CreatePty, api_types::PtySize, api_types::PortUrlRequest, api_types::PortUrl, api_types::AccessToken, api_types::ResourceUse, api_types::LogEntry, api_types::FileEntry,
-        api_types::FileList, api_types::MkdirRequest, api_types::Image, api_types::ImageList, api_types::BuildImage, api_types::PullImage, api_types::ImageDetails, api_types::ImageFromSnapshot, api_types::PushImage, api_types::PushedImage, api_types::VolumeMount, api_types::CreateVolume, api_types::Volume, api_types::VolumeList,
-        api_types::BuildEvent, api_types::Health, model::State,
-        model::SnapshotType, api_types::CheckpointRequest,
-        api_types::Snapshot, api_types::SnapshotList, api_types::ChildSpec,
-        api_types::ForkRequest, api_types::ChildError, api_types::ForkChild,
-        api_types::ForkResult,
-    )),
-    modifiers(&CommonErrors, &UniqueOperationIds),
     tags(
         (name = "sandboxes"), (name = "exec"), (name = "processes"), (name = "pty"), (name = "files"),
         (name = "images"), (name = "volumes"), (name = "snapshots"), (name = "system"),
@@ -128,9 +92,22 @@ fn add_common_errors(path: &str, op: &mut Operation) {
     }
 }
 
+/// The OpenAPI document: the routes' entries (`super::api_routes`, where each route is
+/// registered once), the shared schemas and tags, then every operation's common errors
+/// and unique id.
+pub fn document() -> utoipa::openapi::OpenApi {
+    let (_, mut doc) =
+        utoipa_axum::router::OpenApiRouter::<super::AppState>::with_openapi(ApiDoc::openapi())
+            .merge(super::api_routes())
+            .split_for_parts();
+    CommonErrors.modify(&mut doc);
+    UniqueOperationIds.modify(&mut doc);
+    doc
+}
+
 /// The OpenAPI document as pretty JSON (what `docs/openapi.json` holds).
 pub fn openapi_json() -> String {
-    let mut s = ApiDoc::openapi().to_pretty_json().unwrap_or_default();
+    let mut s = document().to_pretty_json().unwrap_or_default();
     s.push('\n');
     s
 }

@@ -4,8 +4,7 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 
@@ -276,16 +275,17 @@ fn check_import_room(data_dir: &std::path::Path) -> Result<(), Error> {
     Ok(())
 }
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/sandboxes/{id}/checkpoint", post(checkpoint))
-        .route("/v1/sandboxes/{id}/fork", post(fork_sandbox))
-        .route("/v1/sandboxes/{id}/suspend", post(suspend))
-        .route("/v1/sandboxes/{id}/resume", post(resume))
-        .route("/v1/snapshots", get(list))
-        .route("/v1/snapshots/import", post(import))
-        .route("/v1/snapshots/{id}", get(get_one).delete(delete))
-        .route("/v1/snapshots/{id}/fork", post(fork_snapshot))
-        .route("/v1/snapshots/{id}/publish", post(publish))
-        .route("/v1/snapshots/{id}/export", post(export))
+pub(super) fn routes() -> utoipa_axum::router::OpenApiRouter<AppState> {
+    use utoipa_axum::routes;
+    utoipa_axum::router::OpenApiRouter::new()
+        .routes(routes!(checkpoint))
+        .routes(routes!(fork_sandbox))
+        .routes(routes!(suspend))
+        .routes(routes!(resume))
+        .routes(routes!(list))
+        .routes(routes!(import))
+        .routes(routes!(get_one, delete))
+        .routes(routes!(fork_snapshot))
+        .routes(routes!(publish))
+        .routes(routes!(export))
 }
