@@ -298,13 +298,20 @@ impl Session {
         }
         let res = self.send(req).await?;
         if res.status() != StatusCode::CREATED {
-            return Err(self.status_error(res, &format!("uploading blob {digest}")).await);
+            return Err(self
+                .status_error(res, &format!("uploading blob {digest}"))
+                .await);
         }
         Ok(())
     }
 
     /// Puts `manifest` (of `media_type`) under `tag`; returns its URL.
-    pub async fn push_manifest(&self, tag: &str, media_type: &str, manifest: Vec<u8>) -> Result<String> {
+    pub async fn push_manifest(
+        &self,
+        tag: &str,
+        media_type: &str,
+        manifest: Vec<u8>,
+    ) -> Result<String> {
         let url = self.url(&format!("v2/{}/manifests/{tag}", self.repo))?;
         let req = self
             .authorized(self.http.put(url.clone()))

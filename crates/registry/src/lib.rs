@@ -333,8 +333,12 @@ impl Puller {
         }
         let layer = descriptor(LAYER_TYPE, &layer_gz);
         let conf = descriptor(CONFIG_TYPE, &config);
-        session.push_blob(&Digest::parse(&layer.digest)?, layer_gz).await?;
-        session.push_blob(&Digest::parse(&conf.digest)?, config).await?;
+        session
+            .push_blob(&Digest::parse(&layer.digest)?, layer_gz)
+            .await?;
+        session
+            .push_blob(&Digest::parse(&conf.digest)?, config)
+            .await?;
         let manifest = OciImageManifest {
             schema_version: 2,
             media_type: Some(MANIFEST_TYPE.into()),
