@@ -80,14 +80,20 @@ pub const READONLY_PATHS: &[&str] = &[
 /// CRIU options for every checkpoint and restore of a sandbox, in the CRIU configuration
 /// file runc hands to CRIU (annotation `org.criu.config`). `tcp-close`: established TCP
 /// connections do not block a dump and come back closed (a restored copy has its own
-/// address, so they could not carry on; listeners come back as they were).
+/// address, so they could not carry on; listeners come back as they were) — except, with
+/// the CRIU `scripts/setup` builds (patch `0003`), a connection over loopback (127.0.0.0/8,
+/// `::1`) whose two ends are both in the sandbox: its address is the same in every copy,
+/// so it is dumped with its state and carries on established in every restored copy.
 /// `network-lock skip`: CRIU does not fence the sandbox's network namespace with firewall
 /// rules around a dump or restore — nothing can reach a namespace being restored before
-/// the sandbox is handed out, and no TCP state is carried over — which saved ≈ 85 ms of
-/// every restore (an `iptables-restore` each to lock and to unlock). `file-locks`: fcntl,
-/// flock and OFD locks are dumped and taken again on restore (browsers, SQLite and package
-/// managers hold them; without it CRIU refuses the dump). `ghost-limit 64M`: files deleted
-/// while open are carried in the snapshot up to 64 MiB each (CRIU's default is 1 MiB).
+/// the sandbox is handed out, and the only TCP state carried over is that of loopback
+/// connections between two frozen processes of the sandbox, whose two images the restore
+/// checks against each other (it closes both ends where they disagree) — which saved
+/// ≈ 85 ms of every restore (an `iptables-restore` each to lock and to unlock).
+/// `file-locks`: fcntl, flock and OFD locks are dumped and taken again on restore
+/// (browsers, SQLite and package managers hold them; without it CRIU refuses the dump).
+/// `ghost-limit 64M`: files deleted while open are carried in the snapshot up to 64 MiB
+/// each (CRIU's default is 1 MiB).
 /// `manage-cgroups ignore`: CRIU neither records nor restores cgroups. runc has put the
 /// restoring CRIU in the sandbox's own cgroups (with the spec's limits) before CRIU forks
 /// the tree, so the tree starts in them; a sandbox cannot make cgroups of its own
