@@ -83,8 +83,9 @@ def test_memory_checkpoint_keeps_loopback_tcp_connections(daemon) -> None:
     try:
         with Sandbox.create(snapshot_id=snap.snapshot_id) as copy:
             # Both ends of the connection to port 7000 (0x1B58) are established in the copy.
-            count = "awk '$4 == \"01\" && ($2 ~ /:1B58$/ || $3 ~ /:1B58$/)' /proc/net/tcp | wc -l"
-            assert copy.run("sh", ["-c", count]).stdout.strip() == "2", copy.run("cat", ["/proc/net/tcp"]).stdout
+            # (the accepting end may be a dual-stack socket: /proc/net/tcp6)
+            count = "cat /proc/net/tcp /proc/net/tcp6 | awk '$4 == \"01\" && ($2 ~ /:1B58$/ || $3 ~ /:1B58$/)' | wc -l"
+            assert copy.run("sh", ["-c", count]).stdout.strip() == "2", copy.run("sh", ["-c", "cat /proc/net/tcp /proc/net/tcp6"]).stdout
             time.sleep(0.5)
             assert not copy.exists("/tmp/server-done"), "the restored loopback connection was closed"
             assert copy.run("echo", ["usable"]).stdout.strip() == "usable"
