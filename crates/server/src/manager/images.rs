@@ -17,14 +17,19 @@ fn canonical(reference: &str) -> Result<String> {
 /// Builders the runtime offers.
 pub const BUILDERS: [&str; 4] = ["busybox", "debian", "python", "browser"];
 
-fn check_image_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
+/// Whether `name` can name an image: 1-64 of lowercase letters, digits, '-', '_' and
+/// '.', not starting with '-' or '.'.
+pub fn is_image_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
-        && !name.starts_with(['-', '.']);
-    if ok {
+        && !name.starts_with(['-', '.'])
+}
+
+fn check_image_name(name: &str) -> Result<()> {
+    if is_image_name(name) {
         Ok(())
     } else {
         Err(Error::InvalidArgument(format!(

@@ -49,7 +49,7 @@ use model::{plan, Op, State};
 
 pub use admission::{Admission, Policy};
 pub use events::{Events, KEEP_EVENTS};
-pub use images::{validate_build, BUILDERS};
+pub use images::{is_image_name, validate_build, BUILDERS};
 pub use ports::{unix_now, PortConnection, PortCredentials, PORT_FORBIDDEN, PORT_UNAUTHORIZED};
 pub use reaper::on_timeout;
 pub use snapshots::CheckpointArgs;

@@ -188,13 +188,7 @@ fn check_name(name: &str) -> Result<(), ApiErr> {
             "template tags (a name:tag build); build under a plain name",
         ));
     }
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
-        && !name.starts_with(['-', '.']);
-    if ok {
+    if crate::manager::is_image_name(name) {
         Ok(())
     } else {
         Err(ApiErr::bad_request(format!(
