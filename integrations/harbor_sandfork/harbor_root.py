@@ -124,7 +124,9 @@ def _bootstrap() -> None:
 
 
 def _stamp() -> str:
-    digest = hashlib.sha256()
+    """What the venv was made from: the pinned files, and the checkout its editable
+    packages point at (a root made for another checkout installs them again)."""
+    digest = hashlib.sha256(str(REPO.resolve()).encode() + b"\0")
     for path in STAMPED:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
