@@ -363,7 +363,50 @@ async fn decode<T: DeserializeOwned>(api: &str, resp: Response<Body>) -> Result<
             message,
         });
     }
-    crate::wire::node_answer(api, &bytes)
+    node_answer(api, &bytes)
+}
+
+/// Where a JSON text does not fit `T`: the field (dotted path, `.` for the whole) and what
+/// is wrong with it.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, (String, String)> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let detail = e.inner().to_string();
+        (field(&e.path().to_string(), &detail), detail)
+    })?;
+    de.end().map_err(|e| (".".to_string(), e.to_string()))?;
+    Ok(value)
+}
+
+/// The field an error is about: its path, or for a field missing or unknown (which serde
+/// reports at the object holding it) the path to the field itself.
+fn field(path: &str, detail: &str) -> String {
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|p| detail.strip_prefix(p))
+        .and_then(|rest| rest.split('`').next());
+    match (path, named) {
+        (".", Some(name)) => name.to_string(),
+        (path, Some(name)) => format!("{path}.{name}"),
+        (path, None) => path.to_string(),
+    }
+}
+
+/// The short name of an API type, as errors tell it (`ForkResult`).
+pub(crate) fn type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+/// A node's answer (an empty one is JSON `null`) read as `T`.
+pub(crate) fn node_answer<T: DeserializeOwned>(api: &str, bytes: &[u8]) -> Result<T, NodeError> {
+    let bytes = if bytes.is_empty() { b"null" } else { bytes };
+    parse(bytes).map_err(|(field, detail)| NodeError::Answer {
+        api: api.into(),
+        what: type_name::<T>(),
+        field,
+        detail,
+    })
 }
 
 /// A response rebuilt from a read answer.

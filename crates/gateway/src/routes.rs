@@ -30,8 +30,9 @@ use sandfork_http::proxy::{host_target, port_refusal};
 use serde::de::{DeserializeOwned, IgnoredAny};
 
 use crate::directory::{self, Placed};
+use crate::node::node_answer;
 use crate::node::{self, NodeError};
-use crate::wire::{client_body, node_answer};
+use crate::wire::client_body;
 use crate::{error, json_response, node_error, Gateway};
 
 /// Largest request body the gateway reads itself (creates, forks).
