@@ -71,6 +71,7 @@ class Weed:
             }]
         }))  # fmt: skip
         self.process: Optional[subprocess.Popen] = None
+        self._probe_written = False
         self.start()
 
     def argv(self) -> list:
@@ -102,10 +103,26 @@ class Weed:
             # The bucket exists once the filer lists it; the S3 gateway serves it once it
             # answers an anonymous listing with anything but a server error (it answers
             # 500 InternalError for a while after a restart on a loaded machine).
-            if self._answers(f"{self.filer}/buckets/{BUCKET}/?limit=1") == 200 and self._answers(f"{self.endpoint}/{BUCKET}/?max-keys=1") < 500:
+            if self._answers(f"{self.filer}/buckets/{BUCKET}/?limit=1") == 200 and self._answers(f"{self.endpoint}/{BUCKET}/?max-keys=1") < 500 and self._stores():
                 return
             time.sleep(0.2)
         raise RuntimeError(f"weed mini not ready within {timeout}s: {self.log_tail()}")
+
+    def _stores(self) -> bool:
+        """Whether object data reads back: a probe written on the first start reads again
+        after a restart only once the volume server holding it has registered (until then
+        the S3 gateway answers 500 for every object it has, though it lists them)."""
+        url = f"{self.filer}/buckets/{BUCKET}/.ready-probe"
+        if self._answers(url) == 200:
+            return True
+        if self._probe_written:
+            return False
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=b"ready", method="PUT"), timeout=5):
+                self._probe_written = True
+        except OSError:
+            return False
+        return self._answers(url) == 200
 
     @staticmethod
     def _answers(url: str) -> int:

@@ -223,24 +223,26 @@ def test_a_bucket_that_goes_away_is_retried_then_named_and_leaves_nothing(cluste
     b = cluster.node("b", config="[object_store]\nretry_secs = 4\n")
     ca, cb = client_of(a), client_of(b)
     sb = busybox_with_state(ca)
-    snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
-    wait_published(ca, snap.id)
-    cluster.weed.stop()
     try:
-        started = time.monotonic()
-        with pytest.raises(SandforkError) as e:
-            Snapshot.fork(snap.id, 1, client=cb).raise_for_errors()
-        took = time.monotonic() - started
-        assert 3 <= took < 60, took
-        assert "Object store" in str(e.value) and cluster.weed.endpoint.split("//")[1] in str(e.value), str(e.value)
-        # Nothing of it was kept on B.
-        assert snap.id not in [s.id for s in Snapshot.list(client=cb)]
-        assert not (b.data_dir / "snapshots" / snap.id).exists()
+        snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        wait_published(ca, snap.id)
+        cluster.weed.stop()
+        try:
+            started = time.monotonic()
+            with pytest.raises(SandforkError) as e:
+                Snapshot.fork(snap.id, 1, client=cb).raise_for_errors()
+            took = time.monotonic() - started
+            assert 3 <= took < 60, took
+            assert "Object store" in str(e.value) and cluster.weed.endpoint.split("//")[1] in str(e.value), str(e.value)
+            # Nothing of it was kept on B.
+            assert snap.id not in [s.id for s in Snapshot.list(client=cb)]
+            assert not (b.data_dir / "snapshots" / snap.id).exists()
+        finally:
+            cluster.weed.start()
+        with Snapshot.fork(snap.id, 1, client=cb) as (child,):
+            assert child.run("cat", ["/note"]).stdout.strip() == "one"
     finally:
-        cluster.weed.start()
-    with Snapshot.fork(snap.id, 1, client=cb) as (child,):
-        assert child.run("cat", ["/note"]).stdout.strip() == "one"
-    sb.terminate()
+        sb.terminate()
     for c in (ca, cb):
         Snapshot.delete(snap.id, client=c)
 
