@@ -8,6 +8,11 @@ done through sandfork's own Python SDK (the baseline), the real Tensorlake Pytho
   - a 1 MB file round trip: 1 MiB of fresh random bytes written into a running sandbox
     and read back (the bytes compared), over one sandbox per SDK.
 
+The file round trip is also made with one minimal HTTP client of the bench's own, sending
+the requests each SDK sends (sandfork's ``PUT``/``GET /v1/sandboxes/{id}/files``; E2B's
+multipart ``POST``/``GET /files`` to envd): the same client on both sides, so the ratio is
+the layer's own cost, apart from what each SDK spends building and parsing them.
+
 Each is repeated ``--runs`` times in rounds (every SDK once per round, in turn, after one
 warm-up round that is not counted); the medians and each layer's ratio to the native
 median are printed as a table, as JSON lines for bench/report.py, and as JSON (``--json``).
@@ -58,6 +63,8 @@ LAYERS = {
     "tensorlake": (str(COMPAT_DIR / "tensorlake-py" / "bin" / "python"), "tensorlake", "0.5.161"),
     "e2b": (str(COMPAT_DIR / "e2b-py" / "bin" / "python"), "e2b", "2.63.0"),
 }
+# The layers whose requests the bench's own client also sends (the file round trip).
+WIRE_LAYERS = ("sandfork", "e2b")
 LABELS = {
     "sandfork": "sandfork Python SDK",
     "tensorlake": "Tensorlake Python SDK 0.5.161",
@@ -68,12 +75,31 @@ LABELS = {
 # --- the workers: one per SDK, inside the namespace, driven over stdin -----------------
 
 
+class Wire:
+    """One keep-alive HTTP connection to the daemon: the bench's own minimal client."""
+
+    def __init__(self) -> None:
+        import http.client
+
+        self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+
+    def send(self, method: str, target: str, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> bytes:
+        self.conn.request(method, target, body=body or None, headers=headers or {})
+        r = self.conn.getresponse()
+        data = r.read()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {target}: {r.status} {data[:200]!r}")
+        return data
+
+
 class Native:
     def __init__(self) -> None:
         sys.path.insert(0, str(REPO / "sdk" / "python" / "src"))
         from sandfork import Sandbox
 
         self.Sandbox = Sandbox
+        self.wire = Wire()
+        self.auth = {"Authorization": f"Bearer {os.environ['SANDFORK_TOKEN']}"}
 
     def create(self):
         return self.Sandbox.create(image=IMAGE, allow_internet_access=False)
@@ -81,6 +107,13 @@ class Native:
     def exec_true(self, sb) -> None:
         r = sb.run("true")
         assert r.exit_code == 0, r
+
+    def write_wire(self, sb, data: bytes) -> None:
+        headers = {**self.auth, "Content-Type": "application/octet-stream"}
+        self.wire.send("PUT", f"/v1/sandboxes/{sb.id}/files?path={FILE_PATH}", data, headers)
+
+    def read_wire(self, sb) -> bytes:
+        return self.wire.send("GET", f"/v1/sandboxes/{sb.id}/files?path={FILE_PATH}", headers=self.auth)
 
     def exec_login(self, sb) -> None:
         r = sb.run("/bin/bash", ["-l", "-c", "true"])
@@ -129,6 +162,7 @@ class E2b:
         from e2b import Sandbox
 
         self.Sandbox = Sandbox
+        self.wire = Wire()
 
     def create(self):
         return self.Sandbox.create(IMAGE, timeout=600, allow_internet_access=False)
@@ -146,6 +180,21 @@ class E2b:
     def kill(self, sb) -> None:
         sb.kill()
 
+    def envd(self, sb) -> Dict[str, str]:
+        return {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token}
+
+    def write_wire(self, sb, data: bytes) -> None:
+        # What the SDK sends for one file of bytes: a multipart form with one part.
+        boundary = secrets.token_hex(16)
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{FILE_PATH}\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode()
+        body = head + data + f"\r\n--{boundary}--\r\n".encode()
+        headers = {**self.envd(sb), "Content-Type": f"multipart/form-data; boundary={boundary}"}
+        self.wire.send("POST", f"/files?path={FILE_PATH}", body, headers)
+
+    def read_wire(self, sb) -> bytes:
+        return self.wire.send("GET", f"/files?path={FILE_PATH}", headers=self.envd(sb))
+
 
 def daemon_cpu_ms() -> float:
     """CPU time the daemon's threads have had so far (their schedstat), in ms."""
@@ -159,7 +208,8 @@ def daemon_cpu_ms() -> float:
 
 
 def worker(layer: str) -> None:
-    """Answers ``create``, ``create_login`` (native only), ``file`` and ``quit`` lines with
+    """Answers ``create``, ``create_login`` (native only), ``file``, ``file_wire`` (native and
+    E2B) and ``quit`` lines with
     one JSON line each."""
     sdk = {"sandfork": Native, "tensorlake": Tensorlake, "e2b": E2b}[layer]()
     reply = lambda **kv: print(json.dumps(kv), flush=True)  # noqa: E731
@@ -177,14 +227,15 @@ def worker(layer: str) -> None:
                 sdk.kill(sb)
                 reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000,
                       client_cpu_ms=(c2 - c0) * 1000, daemon_cpu_ms=d2 - d0)
-            elif cmd == "file":
+            elif cmd in ("file", "file_wire"):
                 if held is None:
                     held = sdk.create()
                 data = os.urandom(FILE_BYTES)
+                write, read = (sdk.write, sdk.read) if cmd == "file" else (sdk.write_wire, sdk.read_wire)
                 c0, d0, t0 = time.process_time(), daemon_cpu_ms(), time.monotonic()
-                sdk.write(held, data)
+                write(held, data)
                 t1 = time.monotonic()
-                back = sdk.read(held)
+                back = read(held)
                 t2, c2, d2 = time.monotonic(), time.process_time(), daemon_cpu_ms()
                 if back != data:
                     raise RuntimeError(f"read back {len(back)} bytes that differ from the {len(data)} written")
@@ -365,7 +416,7 @@ def main() -> None:
     ns = Namespace()
     d = None
     workers: Dict[str, Worker] = {}
-    results: Dict[str, Dict[str, List[dict]]] = {k: {"create": [], "file": [], "create_login": []} for k in LAYERS}
+    results: Dict[str, Dict[str, List[dict]]] = {k: {"create": [], "file": [], "create_login": [], "file_wire": []} for k in LAYERS}
     problems: List[str] = []
     try:
         from_ = time.monotonic()
@@ -380,6 +431,8 @@ def main() -> None:
         for w in workers.values():
             w.ask("create")
             w.ask("file")
+        for layer in WIRE_LAYERS:
+            workers[layer].ask("file_wire")
         for i in range(a.runs):
             order = list(workers.values())
             order = order[i % len(order):] + order[:i % len(order)]  # who goes first rotates
@@ -388,6 +441,8 @@ def main() -> None:
                     results[w.layer][what].append(w.ask(what))
             # E2B's SDK runs every command as `/bin/bash -l -c CMD`: the same through sandfork's.
             results["sandfork"]["create_login"].append(workers["sandfork"].ask("create_login"))
+            for layer in WIRE_LAYERS if i % 2 else WIRE_LAYERS[::-1]:
+                results[layer]["file_wire"].append(workers[layer].ask("file_wire"))
         print(f"compat.py: {a.runs} rounds in {time.monotonic() - from_:.0f} s with {binary}", file=sys.stderr)
     finally:
         for w in workers.values():
@@ -438,12 +493,27 @@ def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, bin
                        **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
                 out["results"].append(row)
                 print(json.dumps(row), flush=True)
+    wire = results["sandfork"]["file_wire"]
+    wbase = med(r["ms"] for r in wire)
+    for layer in WIRE_LAYERS:
+        rs = results[layer]["file_wire"]
+        value = med(r["ms"] for r in rs)
+        api = {"sandfork": "sandfork's API", "e2b": "E2B's envd API"}[layer]
+        row = {"suite": "compat", "name": f"{names['file']}, {api} from one minimal HTTP client (the layer alone)",
+               "value": round(value, 2), "unit": "ms", "baseline": round(wbase, 2),
+               "baseline_name": "sandfork's API from the same client, same run",
+               "ratio": round(value / wbase, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
+               "runs": len(rs), "layer": layer, "op": "file_wire",
+               **{p: round(med(r[p] for r in rs), 2) for p in parts["file"]}}
+        out["results"].append(row)
+        print(json.dumps(row), flush=True)
     if a.json:
         a.json.write_text(json.dumps(out, indent=2) + "\n")
     print(file=sys.stderr)
     print(f"{'':100} {'median':>9} {'ratio':>6}   parts (medians)", file=sys.stderr)
     for row in out["results"]:
-        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts["create" if row["op"] == "create_login" else row["op"]])
+        op = {"create_login": "create", "file_wire": "file"}.get(row["op"], row["op"])
+        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts[op])
         print(f"{row['name']:100} {row['value']:7.1f} ms {row['ratio']:5.2f}×   {ps}", file=sys.stderr)
 
 

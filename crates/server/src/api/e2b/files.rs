@@ -218,11 +218,11 @@ async fn write_all(
     };
     let mut form = Multipart::new(reader, &b);
     let mut out = Vec::new();
-    while let Some(head) = form.next_part().await.map_err(|e| (e, String::new()))? {
-        if head.filename.is_none() && head.name.as_deref() != Some("file") {
+    while let Some(mut part) = form.next_part().await.map_err(|e| (e, String::new()))? {
+        if part.head.filename.is_none() && part.head.name.as_deref() != Some("file") {
             continue;
         }
-        let given = match (query_path, &head.filename) {
+        let given = match (query_path, &part.head.filename) {
             (Some(q), _) => q.clone(),
             (None, Some(f)) => f.clone(),
             (None, None) => {
@@ -231,7 +231,7 @@ async fn write_all(
             }
         };
         let path = resolve(&given)?;
-        write_one(s, ctx, &path, &mut form).await?;
+        write_one(s, ctx, &path, &mut part).await?;
         out.push(written(&path));
     }
     if out.is_empty() {

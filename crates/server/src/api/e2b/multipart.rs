@@ -1,6 +1,6 @@
 //! Upload bodies, streamed: a request body (gzip-decoded when it says so) bounded by the
-//! daemon's upload limit, and a `multipart/form-data` parser over it that hands out each
-//! part's bytes as they arrive.
+//! daemon's upload limit, and a `multipart/form-data` form over it (parsed by `multer`)
+//! that hands out each part's bytes as they arrive.
 
 use std::io::Write;
 
@@ -9,9 +9,6 @@ use flate2::write::GzDecoder;
 use futures::StreamExt;
 
 use crate::error::Error;
-
-/// The most bytes of one part's headers.
-const MAX_HEAD: usize = 16 << 10;
 
 /// Something that hands out bytes until it is done.
 pub trait Source {
@@ -50,23 +47,23 @@ impl Reader {
         Ok(())
     }
 
-    /// Decoded bytes of one raw chunk (maybe none yet).
-    fn decode(&mut self, raw: &[u8]) -> Result<Vec<u8>, Error> {
+    /// Decoded bytes of one raw chunk (maybe none yet); a plain body's chunk as it came.
+    fn decode(&mut self, raw: Bytes) -> Result<Bytes, Error> {
         let Some(gz) = &mut self.gzip else {
-            return Ok(raw.to_vec());
+            return Ok(raw);
         };
-        gz.write_all(raw)
+        gz.write_all(&raw)
             .map_err(|e| Error::InvalidArgument(format!("invalid gzip body: {e}")))?;
-        Ok(std::mem::take(gz.get_mut()))
+        Ok(Bytes::from(std::mem::take(gz.get_mut())))
     }
 
-    fn finish(&mut self) -> Result<Vec<u8>, Error> {
+    fn finish(&mut self) -> Result<Bytes, Error> {
         let Some(gz) = &mut self.gzip else {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         };
         gz.try_finish()
             .map_err(|e| Error::InvalidArgument(format!("invalid gzip body: {e}")))?;
-        Ok(std::mem::take(gz.get_mut()))
+        Ok(Bytes::from(std::mem::take(gz.get_mut())))
     }
 }
 
@@ -74,7 +71,7 @@ impl Source for Reader {
     async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
         while !self.done {
             let out = match self.stream.next().await {
-                Some(Ok(raw)) => self.decode(&raw)?,
+                Some(Ok(raw)) => self.decode(raw)?,
                 Some(Err(e)) => {
                     return Err(Error::InvalidArgument(format!("Upload interrupted: {e}")))
                 }
@@ -85,7 +82,7 @@ impl Source for Reader {
             };
             if !out.is_empty() {
                 self.count(out.len())?;
-                return Ok(Some(Bytes::from(out)));
+                return Ok(Some(out));
             }
         }
         Ok(None)
@@ -99,219 +96,69 @@ pub struct PartHead {
     pub filename: Option<String>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum At {
-    /// Before the first delimiter.
-    Preamble,
-    /// Right after a delimiter.
-    Delimiter,
-    Body,
-    Done,
+/// A `multipart/form-data` body, its parts one after another.
+pub struct Multipart {
+    form: multer::Multipart<'static>,
 }
 
-/// A `multipart/form-data` body.
-pub struct Multipart<S> {
-    src: S,
-    buf: Vec<u8>,
-    delim: Vec<u8>,
-    at: At,
+/// One part of a [`Multipart`]: its headers and a [`Source`] of its bytes.
+pub struct Part {
+    pub head: PartHead,
+    field: multer::Field<'static>,
 }
 
 /// The boundary of a `multipart/form-data` content type.
 pub fn boundary(content_type: &str) -> Option<String> {
-    let (kind, params) = content_type.split_once(';')?;
-    if !kind.trim().eq_ignore_ascii_case("multipart/form-data") {
-        return None;
-    }
-    params.split(';').find_map(|p| {
-        let (k, v) = p.split_once('=')?;
-        let b = v.trim().trim_matches('"');
-        (k.trim().eq_ignore_ascii_case("boundary") && !b.is_empty() && b.len() <= 200)
-            .then(|| b.to_string())
-    })
+    multer::parse_boundary(content_type)
+        .ok()
+        .filter(|b| !b.is_empty() && b.len() <= 200)
 }
 
-/// Where `needle` first occurs in `hay`: candidates by its first byte, then compared
-/// whole (uploads are scanned byte by byte, so this is the hot loop of a multipart body).
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    let (first, rest) = needle.split_first()?;
-    let last_start = hay.len().checked_sub(needle.len())?;
-    let mut from = 0;
-    while from <= last_start {
-        let i = from + hay[from..=last_start].iter().position(|b| b == first)?;
-        if &hay[i + 1..i + needle.len()] == rest {
-            return Some(i);
-        }
-        from = i + 1;
-    }
-    None
-}
-
-/// The first `n` bytes of `buf`, taken out of it (no byte-by-byte copy).
-fn take_front(buf: &mut Vec<u8>, n: usize) -> Vec<u8> {
-    let rest = buf.split_off(n);
-    std::mem::replace(buf, rest)
-}
-
-impl<S: Source + Send> Multipart<S> {
-    pub fn new(src: S, boundary: &str) -> Self {
-        Multipart {
-            src,
-            // The body's first delimiter has no CRLF before it: pretend it does.
-            buf: b"\r\n".to_vec(),
-            delim: format!("\r\n--{boundary}").into_bytes(),
-            at: At::Preamble,
-        }
-    }
-
-    /// Reads more; an error if the body ends in the middle.
-    async fn fill(&mut self) -> Result<(), Error> {
-        match self.src.chunk().await? {
-            Some(b) => {
-                self.buf.extend_from_slice(&b);
-                Ok(())
-            }
-            None => Err(Error::InvalidArgument(
-                "the multipart body ended early".into(),
-            )),
-        }
-    }
-
-    /// The next part's headers (what is left of the current part is skipped).
-    pub async fn next_part(&mut self) -> Result<Option<PartHead>, Error> {
-        loop {
-            match self.at {
-                At::Done => return Ok(None),
-                At::Body => while self.chunk().await?.is_some() {},
-                At::Preamble => match find(&self.buf, &self.delim) {
-                    Some(i) => {
-                        self.buf.drain(..i + self.delim.len());
-                        self.at = At::Delimiter;
-                    }
-                    None => {
-                        let keep = self.buf.len().min(self.delim.len());
-                        self.buf.drain(..self.buf.len() - keep);
-                        self.fill().await?;
-                    }
-                },
-                At::Delimiter => return self.head().await,
-            }
-        }
-    }
-
-    /// After a delimiter: the end of the body, or a part's headers.
-    async fn head(&mut self) -> Result<Option<PartHead>, Error> {
-        while self.buf.len() < 2 {
-            self.fill().await?;
-        }
-        if self.buf.starts_with(b"--") {
-            self.at = At::Done;
-            return Ok(None);
-        }
-        loop {
-            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
-                let head = take_front(&mut self.buf, i + 4);
-                self.at = At::Body;
-                return Ok(Some(parse_head(&String::from_utf8_lossy(&head))));
-            }
-            if self.buf.len() > MAX_HEAD {
-                return Err(Error::InvalidArgument("part headers too long".into()));
-            }
-            self.fill().await?;
-        }
-    }
-}
-
-impl<S: Source + Send> Source for Multipart<S> {
-    /// The current part's next bytes; `None` at its end.
-    async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
-        if self.at != At::Body {
-            return Ok(None);
-        }
-        loop {
-            if let Some(i) = find(&self.buf, &self.delim) {
-                let data = take_front(&mut self.buf, i);
-                self.buf.drain(..self.delim.len());
-                self.at = At::Delimiter;
-                if data.is_empty() {
-                    return Ok(None);
-                }
-                return Ok(Some(Bytes::from(data)));
-            }
-            if self.buf.len() > self.delim.len() {
-                let n = self.buf.len() - self.delim.len();
-                return Ok(Some(Bytes::from(take_front(&mut self.buf, n))));
-            }
-            self.fill().await?;
-        }
-    }
-}
-
-/// `Content-Disposition`'s `name` and `filename`.
-fn parse_head(head: &str) -> PartHead {
-    let mut out = PartHead::default();
-    for line in head.split("\r\n") {
-        let Some((k, v)) = line.split_once(':') else {
-            continue;
+/// A body error as the daemon names it: the source's own (a size limit keeps its 413),
+/// else what was malformed.
+fn form_error(e: multer::Error) -> Error {
+    if let multer::Error::StreamReadFailed(inner) = e {
+        return match inner.downcast::<Error>() {
+            Ok(own) => *own,
+            Err(other) => Error::InvalidArgument(format!("invalid multipart body: {other}")),
         };
-        if !k.trim().eq_ignore_ascii_case("content-disposition") {
-            continue;
-        }
-        for param in split_params(v) {
-            let Some((pk, pv)) = param.split_once('=') else {
-                continue;
-            };
-            let value = unquote(pv.trim());
-            match pk.trim().to_ascii_lowercase().as_str() {
-                "name" => out.name = Some(value),
-                "filename" => out.filename = Some(value),
-                _ => {}
-            }
-        }
     }
-    out
+    Error::InvalidArgument(format!("invalid multipart body: {e}"))
 }
 
-/// `;`-separated parameters, quotes respected.
-fn split_params(v: &str) -> Vec<String> {
-    let (mut out, mut cur, mut quoted, mut escaped) = (Vec::new(), String::new(), false, false);
-    for c in v.chars() {
-        match c {
-            _ if escaped => {
-                cur.push(c);
-                escaped = false;
-                continue;
+impl Multipart {
+    pub fn new<S: Source + Send + 'static>(src: S, boundary: &str) -> Self {
+        let stream = futures::stream::unfold(Some(src), |src| async move {
+            let mut src = src?;
+            match src.chunk().await {
+                Ok(Some(b)) => Some((Ok(b), Some(src))),
+                Ok(None) => None,
+                Err(e) => Some((Err(e), None)),
             }
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ';' if !quoted => {
-                out.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
+        });
+        Multipart {
+            form: multer::Multipart::new(stream, boundary),
         }
-        cur.push(c);
     }
-    out.push(cur);
-    out
+
+    /// The next part (what is left of the one before is skipped); `None` after the last.
+    pub async fn next_part(&mut self) -> Result<Option<Part>, Error> {
+        let Some(field) = self.form.next_field().await.map_err(form_error)? else {
+            return Ok(None);
+        };
+        let head = PartHead {
+            name: field.name().map(str::to_string),
+            filename: field.file_name().map(str::to_string),
+        };
+        Ok(Some(Part { head, field }))
+    }
 }
 
-fn unquote(v: &str) -> String {
-    let Some(inner) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) else {
-        return v.to_string();
-    };
-    let mut out = String::new();
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(n) = chars.next() {
-                out.push(n);
-            }
-        } else {
-            out.push(c);
-        }
+impl Source for Part {
+    /// The part's next bytes; `None` at its end.
+    async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+        self.field.chunk().await.map_err(form_error)
     }
-    out
 }
 
 #[cfg(test)]
@@ -334,12 +181,12 @@ mod tests {
     async fn parts(body: &[u8], piece: usize) -> Result<Vec<(PartHead, Vec<u8>)>, Error> {
         let mut m = Multipart::new(Pieces(body.to_vec(), piece), "XyZ");
         let mut out = Vec::new();
-        while let Some(head) = m.next_part().await? {
+        while let Some(mut part) = m.next_part().await? {
             let mut data = Vec::new();
-            while let Some(c) = m.chunk().await? {
+            while let Some(c) = part.chunk().await? {
                 data.extend_from_slice(&c);
             }
-            out.push((head, data));
+            out.push((part.head, data));
         }
         Ok(out)
     }
@@ -366,19 +213,34 @@ mod tests {
                 .is_err()
         );
         assert!(parts(b"no delimiter at all", 4).await.is_err());
-        let long_head = [b"--XyZ\r\n".to_vec(), vec![b'a'; MAX_HEAD + 10]].concat();
+        let long_head = [b"--XyZ\r\n".to_vec(), vec![b'a'; 20 << 10]].concat();
         assert!(parts(&long_head, 1000).await.is_err());
     }
 
-    #[test]
-    fn the_search_finds_the_first_whole_match() {
-        assert_eq!(find(b"ab\r\r\n--x", b"\r\n--x"), Some(3));
-        assert_eq!(find(b"\r\n--", b"\r\n--x"), None);
-        assert_eq!(find(b"", b"ab"), None);
-        assert_eq!(find(b"xab", b"ab"), Some(1));
-        let mut v = b"hello".to_vec();
-        assert_eq!(take_front(&mut v, 2), b"he");
-        assert_eq!(v, b"llo");
+    /// A source that fails with the daemon's own error after some bytes.
+    struct Refuses(bool);
+
+    impl Source for Refuses {
+        async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
+            if std::mem::replace(&mut self.0, true) {
+                return Err(Error::TooLarge("Upload exceeds 10 bytes".into()));
+            }
+            Ok(Some(Bytes::from_static(b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc")))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sources_own_error_comes_through() {
+        // However far the parser has read ahead when the source fails (in the headers or
+        // the part's bytes), the error is the source's own, so a limit keeps its 413.
+        async fn read(m: &mut Multipart) -> Result<(), Error> {
+            while let Some(mut part) = m.next_part().await? {
+                while part.chunk().await?.is_some() {}
+            }
+            Ok(())
+        }
+        let got = read(&mut Multipart::new(Refuses(false), "XyZ")).await;
+        assert!(matches!(got, Err(Error::TooLarge(_))), "{got:?}");
     }
 
     #[test]
