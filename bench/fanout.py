@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -104,7 +105,8 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    config = Path(tempfile.mkdtemp(prefix="sfbench-fanout-")) / "fanout.toml"
+    scratch = Path(tempfile.mkdtemp(prefix="sfbench-fanout-"))
+    config = scratch / "fanout.toml"
     config.write_text(f"max_sandboxes = {args.count + 16}\nmax_memory_mb = {(args.count + 16) * 1024}\n")
     d = Daemon("--pool-size", "0", "--config", str(config))
     try:
@@ -119,6 +121,7 @@ def main() -> None:
         snap.delete()
     finally:
         d.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     n = args.count
     cold = statistics.median(colds)
     rows = [

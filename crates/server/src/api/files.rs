@@ -105,7 +105,11 @@ pub async fn upload(
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     let pump = tokio::spawn(pump_body(req.into_body(), tx, limit));
     let written = m.write_file(&id, &q.path, mode, rx).await;
-    let pumped = pump.await.unwrap_or(Ok(()));
+    // A reader that died cut the body short: never a success.
+    let pumped = pump.await.unwrap_or_else(|e| {
+        let e = BackendError::Host(format!("the upload's reader failed: {e}"));
+        Err(Error::Backend(e))
+    });
     pumped?;
     written?;
     Ok(StatusCode::NO_CONTENT)

@@ -212,13 +212,12 @@ async fn write_all(
             return Err((e, String::new()));
         };
         let path = resolve(given)?;
-        let mut reader = reader;
-        write_one(s, ctx, &path, &mut reader).await?;
+        write_one(s, ctx, &path, reader).await?;
         return Ok(vec![written(&path)]);
     };
     let mut form = Multipart::new(reader, &b);
     let mut out = Vec::new();
-    while let Some(mut part) = form.next_part().await.map_err(|e| (e, String::new()))? {
+    while let Some(part) = form.next_part().await.map_err(|e| (e, String::new()))? {
         if part.head.filename.is_none() && part.head.name.as_deref() != Some("file") {
             continue;
         }
@@ -231,7 +230,7 @@ async fn write_all(
             }
         };
         let path = resolve(&given)?;
-        write_one(s, ctx, &path, &mut part).await?;
+        write_one(s, ctx, &path, part).await?;
         out.push(written(&path));
     }
     if out.is_empty() {
@@ -247,14 +246,15 @@ fn written(path: &str) -> Value {
 }
 
 /// Streams one file from `src` into the sandbox; it then belongs to the request's user.
-async fn write_one<S: Source + Send>(
+/// The body is read on a task of its own, so parsing it and writing to the agent overlap.
+async fn write_one<S: Source + Send + 'static>(
     s: &Shared,
     ctx: &Ctx,
     path: &str,
-    src: &mut S,
+    mut src: S,
 ) -> Result<(), Failed> {
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
-    let feed = async move {
+    let feed = tokio::spawn(async move {
         loop {
             match src.chunk().await {
                 Ok(Some(b)) => {
@@ -271,8 +271,11 @@ async fn write_one<S: Source + Send>(
                 }
             }
         }
-    };
-    let (wrote, fed) = tokio::join!(s.manager.write_file(&ctx.id, path, None, rx), feed);
+    });
+    let wrote = s.manager.write_file(&ctx.id, path, None, rx).await;
+    let fed = feed
+        .await
+        .unwrap_or_else(|e| Err(Error::Backend(BackendError::Host(format!("the upload's reader failed: {e}")))));
     fed.map_err(|e| (e, path.to_string()))?;
     wrote.map_err(|e| (e, path.to_string()))?;
     if ctx.account.uid != 0 {
