@@ -10,7 +10,7 @@ use crate::backend::{BootSpec, HostDisk, ImageSpec, NetworkSpec, VolumeMountSpec
 use crate::error::{Error, Result};
 use crate::store::SandboxRow;
 use api_types::{CreateSandbox, NetworkModeName, NetworkRequest, NetworkView, Sandbox};
-use model::{plan, Op, State};
+use model::{Op, State};
 
 /// How often a request waiting for room looks again (it also wakes when a sandbox ends).
 const ADMIT_POLL: Duration = Duration::from_millis(250);
@@ -458,15 +458,9 @@ impl Manager {
     }
 
     async fn boot(&self, entry: &Arc<Entry>) -> Result<Sandbox> {
-        let _op = entry.op.lock().await;
+        let t = self.transition(entry, Op::Boot).await?;
         let row = entry.row();
         let id = row.view.id.clone();
-        let Some(p) = plan(row.view.state, Op::Boot) else {
-            return Err(Error::WrongState {
-                id,
-                state: row.view.state,
-            });
-        };
         if let Err(e) = self.store.put_sandbox(row.clone()).await {
             self.registry_mut().entries.remove(&id);
             self.registry_mut().admission.release(&id);
@@ -479,17 +473,16 @@ impl Manager {
         match booted {
             Ok(booted) => {
                 lock(&entry.row).view.network.address = booted.address;
-                self.set_state(entry, p.success, None).await?;
+                let view = t.succeed().await?;
                 entry.touch();
                 tracing::info!(sandbox = %id, image = %row.view.image, "sandbox created");
-                Ok(entry.view())
+                Ok(view)
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, error = %e, "sandbox create failed");
                 let _ = self.backend.destroy(&id).await;
-                self.set_state(entry, p.failure, Some(format!("Create failed: {e}")))
-                    .await?;
-                Err(e.into())
+                let msg = format!("Create failed: {e}");
+                Err(t.fail(Some(msg), e).await)
             }
         }
     }

@@ -15,7 +15,7 @@ use api_types::{
     ChildError, CreateSandbox, ForkChild, ForkInfo, ForkRequest, ForkResult, NetworkModeName,
     NetworkView, Sandbox,
 };
-use model::{plan, Op, SnapshotType, State};
+use model::{Op, SnapshotType, State};
 
 use super::pool::Parked;
 use crate::backend::{Booted, NetworkSpec, RestoreFrom};
@@ -311,13 +311,9 @@ impl Manager {
         c: Child,
         parked: Option<Parked>,
     ) -> Result<Sandbox> {
-        let _op = entry.op.lock().await;
+        let t = self.transition(entry, Op::Boot).await?;
         let row = entry.row();
         let id = row.view.id.clone();
-        let p = plan(row.view.state, Op::Boot).ok_or_else(|| Error::WrongState {
-            id: id.clone(),
-            state: row.view.state,
-        })?;
         // The child's seed, then its record: either failing leaves nothing behind.
         let seed = match self.record_child(&row).await {
             Ok(seed) => seed,
@@ -360,19 +356,18 @@ impl Manager {
         match result {
             Ok(booted) => {
                 lock(&entry.row).view.network.address = booted.address;
-                self.set_state(entry, p.success, None).await?;
+                let view = t.succeed().await?;
                 entry.touch();
                 self.restored_from(rec);
                 tracing::info!(sandbox = %id, snapshot = %rec.view.id, "sandbox restored");
-                Ok(entry.view())
+                Ok(view)
             }
             Err(e) => {
                 tracing::warn!(sandbox = %id, error = %e, "restore failed");
                 let _ = self.backend.destroy(&id).await;
                 let e = self.integrity_failure(rec).unwrap_or_else(|| e.into());
-                self.set_state(entry, p.failure, Some(format!("Restore failed: {e}")))
-                    .await?;
-                Err(e)
+                let msg = format!("Restore failed: {e}");
+                Err(t.fail(Some(msg), e).await)
             }
         }
     }

@@ -2,8 +2,10 @@
 //!
 //! Every lifecycle operation on a sandbox holds that sandbox's operation lock, so concurrent
 //! requests on one sandbox are serialized while different sandboxes proceed in parallel.
-//! State changes go through [`model::plan`] and are persisted before and after
-//! the backend acts, so a crash at any point leaves a record recovery can act on.
+//! An operation that moves a sandbox through the state machine is a
+//! [`transition::Transition`]: the lock, [`model::plan`]'s check, and each state set
+//! (persisted before and after the backend acts, so a crash at any point leaves a record
+//! recovery can act on, then announced as an event) in one place.
 
 mod admission;
 mod child;
@@ -28,6 +30,7 @@ mod suspend;
 #[cfg(test)]
 mod tests;
 mod transfer;
+mod transition;
 mod update;
 mod usage;
 mod volumes;
@@ -45,7 +48,7 @@ use crate::logs::RateLimit;
 use crate::metrics::Metrics;
 use crate::store::{SandboxRow, Store};
 use api_types::{ListQuery, Sandbox};
-use model::{plan, Op, State};
+use model::{Op, State};
 
 pub use admission::{Admission, Policy};
 pub use events::{Events, KEEP_EVENTS};
@@ -387,17 +390,15 @@ impl Manager {
     /// Terminates a sandbox (idempotent on terminated ones).
     pub async fn terminate(&self, id_or_name: &str) -> Result<Sandbox> {
         let entry = self.find(id_or_name)?;
-        let _op = entry.op.lock().await;
-        let state = entry.state();
-        if state == State::Terminated {
-            return Ok(entry.view());
-        }
-        let p = plan(state, Op::Terminate).ok_or_else(|| Error::WrongState {
-            id: entry.view().id,
-            state,
-        })?;
-        let id = entry.view().id;
-        match self.set_state(&entry, p.during, None).await {
+        let t = match self.transition(&entry, Op::Terminate).await {
+            Err(Error::WrongState {
+                state: State::Terminated,
+                ..
+            }) => return Ok(entry.view()),
+            other => other?,
+        };
+        let id = t.id();
+        match t.begin().await {
             // A full host disk must not keep a sandbox alive: removing it frees space
             // (a restart meanwhile finds it gone and marks it failed).
             Err(Error::InsufficientStorage(m)) => {
@@ -405,20 +406,15 @@ impl Manager {
             }
             other => other?,
         }
-        match self.backend.destroy(&id).await {
-            Ok(()) => {
-                self.set_state(&entry, p.success, None).await?;
-                self.drop_suspended_state(&id).await;
-            }
-            Err(e) => {
-                tracing::error!(sandbox = %id, error = %e, "terminate failed");
-                self.set_state(&entry, p.failure, Some(format!("Terminate failed: {e}")))
-                    .await?;
-                return Err(e.into());
-            }
+        if let Err(e) = self.backend.destroy(&id).await {
+            tracing::error!(sandbox = %id, error = %e, "terminate failed");
+            let msg = format!("Terminate failed: {e}");
+            return Err(t.fail(Some(msg), e).await);
         }
+        let view = t.succeed().await?;
+        self.drop_suspended_state(&id).await;
         tracing::info!(sandbox = %id, "sandbox terminated");
-        Ok(entry.view())
+        Ok(view)
     }
 
     /// Stops accepting new work and waits (up to the grace period) for lifecycle

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use api_types::{Snapshot, SnapshotQuery};
 use model::ids::{new_snapshot_id, valid_snapshot_id};
-use model::{plan, Op, SnapshotType};
+use model::{Op, SnapshotType};
 
 use super::{now_rfc3339, Manager};
 use crate::error::{is_storage_full, Error, Result};
@@ -48,28 +48,30 @@ impl Manager {
         self.check_open()?;
         model::labels::check(&args.labels)?;
         let entry = self.find(id_or_name)?;
-        let _op = entry.op.lock().await;
-        let view = entry.view();
-        let p = plan(view.state, Op::Checkpoint).ok_or_else(|| Error::WrongState {
-            id: view.id.clone(),
-            state: view.state,
-        })?;
+        let t = self.transition(&entry, Op::Checkpoint).await?;
         let _drained = match args.kind {
             SnapshotType::Memory => Some(self.drain(&entry).await?),
             SnapshotType::Filesystem => None,
         };
         let snap_id = new_snapshot_id()?;
-        self.set_state(&entry, p.during, None).await?;
+        t.begin().await?;
         let started = Instant::now();
         let result = self.take_snapshot(&entry, &snap_id, args, false).await;
         self.metrics.checkpoint.observe(started.elapsed());
-        self.set_state(&entry, p.success, None).await?;
+        // The sandbox runs on either way (the plan's failure state is its success state).
+        let view = match &result {
+            Ok(_) => t.succeed().await?,
+            Err(_) => {
+                t.to(t.plan.failure, None).await?;
+                entry.view()
+            }
+        };
         entry.touch();
         let rec = result?;
         self.publish_later(&rec);
         self.events.emit(
             api_types::EventKind::Checkpointed,
-            &entry.view(),
+            &view,
             Some(snap_id.clone()),
             None,
         );

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::snapshots::SnapshotRecord;
 use api_types::Sandbox;
 use model::SnapshotType;
-use model::{interrupted, plan, Op, State};
+use model::{interrupted, Op, State};
 
 /// The internal snapshot holding a suspended sandbox.
 pub fn suspend_snapshot_id(sandbox_id: &str) -> String {
@@ -24,15 +24,11 @@ impl Manager {
     pub async fn suspend(&self, id_or_name: &str) -> Result<Sandbox> {
         self.check_open()?;
         let entry = self.find(id_or_name)?;
-        let _op = entry.op.lock().await;
-        let view = entry.view();
-        let p = plan(view.state, Op::Suspend).ok_or_else(|| Error::WrongState {
-            id: view.id.clone(),
-            state: view.state,
-        })?;
+        let t = self.transition(&entry, Op::Suspend).await?;
+        let id = t.id();
         let _drained = self.drain(&entry).await?;
-        self.set_state(&entry, p.during, None).await?;
-        let snap_id = suspend_snapshot_id(&view.id);
+        t.begin().await?;
+        let snap_id = suspend_snapshot_id(&id);
         // A leftover of an earlier, interrupted suspend would block the new one.
         if let Ok(Some(old)) = self.store.snapshot(snap_id.clone()).await {
             self.remove_snapshot(&old).await?;
@@ -44,37 +40,31 @@ impl Manager {
             labels: BTreeMap::new(),
         };
         if let Err(e) = self.take_snapshot(&entry, &snap_id, args, true).await {
-            self.set_state(&entry, p.failure, None).await?;
-            return Err(e);
+            return Err(t.fail(None, e).await);
         }
-        if let Err(e) = self.backend.destroy(&view.id).await {
+        if let Err(e) = self.backend.destroy(&id).await {
             let msg = format!("Suspend could not stop the sandbox: {e}");
-            self.set_state(&entry, State::Failed, Some(msg)).await?;
-            return Err(e.into());
+            return Err(t.fail_as(State::Failed, Some(msg), e).await);
         }
         lock(&entry.row).view.network.address = None;
-        self.set_state(&entry, p.success, None).await?;
-        tracing::info!(sandbox = %view.id, "sandbox suspended");
-        Ok(entry.view())
+        let view = t.succeed().await?;
+        tracing::info!(sandbox = %id, "sandbox suspended");
+        Ok(view)
     }
 
     /// Resumes a suspended sandbox from its internal snapshot.
     pub async fn resume(&self, id_or_name: &str) -> Result<Sandbox> {
         self.check_open()?;
         let entry = self.find(id_or_name)?;
-        let _op = entry.op.lock().await;
+        let t = self.transition(&entry, Op::Resume).await?;
         let row = entry.row();
         let id = row.view.id.clone();
-        let p = plan(row.view.state, Op::Resume).ok_or_else(|| Error::WrongState {
-            id: id.clone(),
-            state: row.view.state,
-        })?;
         let rec = self
             .store
             .snapshot(suspend_snapshot_id(&id))
             .await?
             .ok_or_else(|| Error::Conflict(format!("Sandbox {id} has no suspended state")))?;
-        self.set_state(&entry, p.during, None).await?;
+        t.begin().await?;
         let from = RestoreFrom {
             layer_id: rec.layer_id.clone(),
             memory_dir: rec.memory_dir.clone(),
@@ -86,16 +76,15 @@ impl Manager {
                 lock(&entry.row).view.network.address = booted.address;
                 // Its restored cgroup counts OOM kills from zero again.
                 entry.oom_seen.store(0, std::sync::atomic::Ordering::SeqCst);
-                self.set_state(&entry, p.success, None).await?;
+                let view = t.succeed().await?;
                 entry.touch();
                 self.remove_suspended_state_later(entry.clone(), rec);
                 tracing::info!(sandbox = %id, "sandbox resumed");
-                Ok(entry.view())
+                Ok(view)
             }
             Err(e) => {
                 let msg = format!("Resume failed: {e}");
-                self.set_state(&entry, p.failure, Some(msg)).await?;
-                Err(e.into())
+                Err(t.fail(Some(msg), e).await)
             }
         }
     }

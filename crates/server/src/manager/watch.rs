@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::sync::atomic::Ordering;
 
 use super::{Entry, Manager, UNSEEN};
-use model::{plan, Op, State};
+use model::{Op, State};
 
 /// Free space of the data directory under which the probe asks disk servers whether
 /// they hold writes.
@@ -139,14 +139,11 @@ impl Manager {
     }
 
     /// Fails and tears down the sandbox of `entry` if a part of it died.
-    async fn probe(&self, entry: &Entry) {
-        let Ok(_op) = entry.op.try_lock() else {
+    async fn probe(&self, entry: &Arc<Entry>) {
+        let Some(t) = self.try_transition(entry, Op::Fail) else {
             return;
         };
-        let id = entry.view().id;
-        let Some(p) = plan(entry.state(), Op::Fail) else {
-            return;
-        };
+        let id = t.id();
         let reason = match self.backend.dead_reason(&id).await {
             Ok(Some(reason)) => reason,
             Ok(None) => {
@@ -159,13 +156,13 @@ impl Manager {
             }
         };
         tracing::warn!(sandbox = %id, %reason, "sandbox failed");
-        if let Err(e) = self.set_state(entry, p.during, Some(reason.clone())).await {
+        if let Err(e) = t.to(t.plan.during, Some(reason.clone())).await {
             tracing::error!(sandbox = %id, error = %e.message(), "recording a failure failed");
         }
         if let Err(e) = self.backend.destroy(&id).await {
             tracing::error!(sandbox = %id, error = %e, "cleanup of a failed sandbox failed");
             let msg = format!("{reason}; its cleanup failed: {e}");
-            let _ = self.set_state(entry, p.failure, Some(msg)).await;
+            let _ = t.to(t.plan.failure, Some(msg)).await;
             return;
         }
         tracing::info!(sandbox = %id, "failed sandbox cleaned up");
