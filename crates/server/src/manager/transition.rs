@@ -92,7 +92,12 @@ impl<'a> Transition<'a> {
 
     /// [`Transition::fail`] into `state` instead of the plan's failure state (a sandbox
     /// left in no state it can go on from is `Failed`).
-    pub async fn fail_as(&self, state: State, why: Option<String>, cause: impl Into<Error>) -> Error {
+    pub async fn fail_as(
+        &self,
+        state: State,
+        why: Option<String>,
+        cause: impl Into<Error>,
+    ) -> Error {
         match self.to(state, why).await {
             Ok(()) => cause.into(),
             Err(e) => e,

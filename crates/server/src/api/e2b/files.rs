@@ -273,9 +273,11 @@ async fn write_one<S: Source + Send + 'static>(
         }
     });
     let wrote = s.manager.write_file(&ctx.id, path, None, rx).await;
-    let fed = feed
-        .await
-        .unwrap_or_else(|e| Err(Error::Backend(BackendError::Host(format!("the upload's reader failed: {e}")))));
+    let fed = feed.await.unwrap_or_else(|e| {
+        Err(Error::Backend(BackendError::Host(format!(
+            "the upload's reader failed: {e}"
+        ))))
+    });
     fed.map_err(|e| (e, path.to_string()))?;
     wrote.map_err(|e| (e, path.to_string()))?;
     if ctx.account.uid != 0 {

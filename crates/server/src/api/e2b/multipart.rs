@@ -225,7 +225,9 @@ mod tests {
             if std::mem::replace(&mut self.0, true) {
                 return Err(Error::TooLarge("Upload exceeds 10 bytes".into()));
             }
-            Ok(Some(Bytes::from_static(b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc")))
+            Ok(Some(Bytes::from_static(
+                b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc",
+            )))
         }
     }
 
