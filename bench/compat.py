@@ -10,8 +10,9 @@ done through sandfork's own Python SDK (the baseline), the real Tensorlake Pytho
 
 The file round trip is also made with one minimal HTTP client of the bench's own, sending
 the requests each SDK sends (sandfork's ``PUT``/``GET /v1/sandboxes/{id}/files``; E2B's
-multipart ``POST``/``GET /files`` to envd): the same client on both sides, so the ratio is
-the layer's own cost, apart from what each SDK spends building and parsing them.
+multipart ``POST``/``GET /files`` to envd) to one sandbox, in turn, from one process: the
+same client, interpreter and sandbox on both sides, so the ratio is the layer's own cost,
+apart from what each SDK spends building and parsing them.
 
 Each is repeated ``--runs`` times in rounds (every SDK once per round, in turn, after one
 warm-up round that is not counted); the medians and each layer's ratio to the native
@@ -76,20 +77,51 @@ LABELS = {
 
 
 class Wire:
-    """One keep-alive HTTP connection to the daemon: the bench's own minimal client."""
+    """The bench's own minimal HTTP client: one keep-alive connection, one sandbox (made
+    through E2B's control API, so both APIs may address it), and each API's file requests
+    as its SDK sends them. Both APIs are driven from this one process and interpreter."""
 
     def __init__(self) -> None:
         import http.client
 
         self.conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+        self.token = os.environ["SANDFORK_TOKEN"]
+        made = json.loads(self.send("POST", "/v2/sandboxes", json.dumps({"templateID": IMAGE, "timeout": 600}).encode(),
+                                    {"X-API-Key": self.token, "Content-Type": "application/json"}))
+        self.id = made["sandboxID"]
+        self.envd = {"E2b-Sandbox-Id": self.id, "X-Access-Token": made["envdAccessToken"]}
+        self.auth = {"Authorization": f"Bearer {self.token}"}
 
-    def send(self, method: str, target: str, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> bytes:
+    def send(self, method: str, target: str, body=b"", headers: Optional[Dict[str, str]] = None) -> bytes:
         self.conn.request(method, target, body=body or None, headers=headers or {})
         r = self.conn.getresponse()
         data = r.read()
         if r.status >= 300:
             raise RuntimeError(f"{method} {target}: {r.status} {data[:200]!r}")
         return data
+
+    def write(self, api: str, data: bytes) -> None:
+        if api == "sandfork":
+            headers = {**self.auth, "Content-Type": "application/octet-stream"}
+            self.send("PUT", f"/v1/sandboxes/{self.id}/files?path={FILE_PATH}", data, headers)
+            return
+        # What E2B's SDK sends for one file of bytes: a multipart form with one part, here
+        # sent piece by piece as sandfork's body is (the data is not copied into a form).
+        boundary = secrets.token_hex(16)
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{FILE_PATH}\"\r\n"
+                "Content-Type: application/octet-stream\r\n\r\n").encode()
+        tail = f"\r\n--{boundary}--\r\n".encode()
+        headers = {**self.envd, "Content-Type": f"multipart/form-data; boundary={boundary}",
+                   "Content-Length": str(len(head) + len(data) + len(tail))}
+        self.send("POST", f"/files?path={FILE_PATH}", [head, data, tail], headers)
+
+    def read(self, api: str) -> bytes:
+        if api == "sandfork":
+            return self.send("GET", f"/v1/sandboxes/{self.id}/files?path={FILE_PATH}", headers=self.auth)
+        return self.send("GET", f"/files?path={FILE_PATH}", headers=self.envd)
+
+    def close(self) -> None:
+        self.send("DELETE", f"/sandboxes/{self.id}", headers={"X-API-Key": self.token})
 
 
 class Native:
@@ -98,8 +130,6 @@ class Native:
         from sandfork import Sandbox
 
         self.Sandbox = Sandbox
-        self.wire = Wire()
-        self.auth = {"Authorization": f"Bearer {os.environ['SANDFORK_TOKEN']}"}
 
     def create(self):
         return self.Sandbox.create(image=IMAGE, allow_internet_access=False)
@@ -107,13 +137,6 @@ class Native:
     def exec_true(self, sb) -> None:
         r = sb.run("true")
         assert r.exit_code == 0, r
-
-    def write_wire(self, sb, data: bytes) -> None:
-        headers = {**self.auth, "Content-Type": "application/octet-stream"}
-        self.wire.send("PUT", f"/v1/sandboxes/{sb.id}/files?path={FILE_PATH}", data, headers)
-
-    def read_wire(self, sb) -> bytes:
-        return self.wire.send("GET", f"/v1/sandboxes/{sb.id}/files?path={FILE_PATH}", headers=self.auth)
 
     def exec_login(self, sb) -> None:
         r = sb.run("/bin/bash", ["-l", "-c", "true"])
@@ -162,7 +185,6 @@ class E2b:
         from e2b import Sandbox
 
         self.Sandbox = Sandbox
-        self.wire = Wire()
 
     def create(self):
         return self.Sandbox.create(IMAGE, timeout=600, allow_internet_access=False)
@@ -180,21 +202,6 @@ class E2b:
     def kill(self, sb) -> None:
         sb.kill()
 
-    def envd(self, sb) -> Dict[str, str]:
-        return {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token}
-
-    def write_wire(self, sb, data: bytes) -> None:
-        # What the SDK sends for one file of bytes: a multipart form with one part.
-        boundary = secrets.token_hex(16)
-        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{FILE_PATH}\"\r\n"
-                "Content-Type: application/octet-stream\r\n\r\n").encode()
-        body = head + data + f"\r\n--{boundary}--\r\n".encode()
-        headers = {**self.envd(sb), "Content-Type": f"multipart/form-data; boundary={boundary}"}
-        self.wire.send("POST", f"/files?path={FILE_PATH}", body, headers)
-
-    def read_wire(self, sb) -> bytes:
-        return self.wire.send("GET", f"/files?path={FILE_PATH}", headers=self.envd(sb))
-
 
 def daemon_cpu_ms() -> float:
     """CPU time the daemon's threads have had so far (their schedstat), in ms."""
@@ -208,12 +215,13 @@ def daemon_cpu_ms() -> float:
 
 
 def worker(layer: str) -> None:
-    """Answers ``create``, ``create_login`` (native only), ``file``, ``file_wire`` (native and
-    E2B) and ``quit`` lines with
+    """Answers ``create``, ``create_login`` (native only), ``file``, ``file_wire API``
+    (native only: the bench's own client sending API's requests) and ``quit`` lines with
     one JSON line each."""
     sdk = {"sandfork": Native, "tensorlake": Tensorlake, "e2b": E2b}[layer]()
     reply = lambda **kv: print(json.dumps(kv), flush=True)  # noqa: E731
     held = None  # the sandbox of the file round trips
+    wire = None  # the bench's own client (the native worker only)
     reply(ready=True)
     for line in sys.stdin:
         cmd = line.strip()
@@ -227,15 +235,21 @@ def worker(layer: str) -> None:
                 sdk.kill(sb)
                 reply(ms=(t2 - t0) * 1000, create_ms=(t1 - t0) * 1000, exec_ms=(t2 - t1) * 1000,
                       client_cpu_ms=(c2 - c0) * 1000, daemon_cpu_ms=d2 - d0)
-            elif cmd in ("file", "file_wire"):
-                if held is None:
+            elif cmd == "file" or cmd.startswith("file_wire "):
+                wire_api = cmd.split()[1] if cmd != "file" else None
+                if wire_api is None and held is None:
                     held = sdk.create()
+                if wire_api is not None and wire is None:
+                    wire = Wire()
                 data = os.urandom(FILE_BYTES)
-                write, read = (sdk.write, sdk.read) if cmd == "file" else (sdk.write_wire, sdk.read_wire)
+                if wire_api is None:
+                    write, read = (lambda: sdk.write(held, data)), (lambda: sdk.read(held))
+                else:
+                    write, read = (lambda: wire.write(wire_api, data)), (lambda: wire.read(wire_api))
                 c0, d0, t0 = time.process_time(), daemon_cpu_ms(), time.monotonic()
-                write(held, data)
+                write()
                 t1 = time.monotonic()
-                back = read(held)
+                back = read()
                 t2, c2, d2 = time.monotonic(), time.process_time(), daemon_cpu_ms()
                 if back != data:
                     raise RuntimeError(f"read back {len(back)} bytes that differ from the {len(data)} written")
@@ -247,6 +261,8 @@ def worker(layer: str) -> None:
             reply(error=f"{type(e).__name__}: {e}")
     if held is not None:
         sdk.kill(held)
+    if wire is not None:
+        wire.close()
     reply(done=True)
 
 
@@ -432,7 +448,7 @@ def main() -> None:
             w.ask("create")
             w.ask("file")
         for layer in WIRE_LAYERS:
-            workers[layer].ask("file_wire")
+            workers["sandfork"].ask(f"file_wire {layer}")
         for i in range(a.runs):
             order = list(workers.values())
             order = order[i % len(order):] + order[:i % len(order)]  # who goes first rotates
@@ -442,7 +458,7 @@ def main() -> None:
             # E2B's SDK runs every command as `/bin/bash -l -c CMD`: the same through sandfork's.
             results["sandfork"]["create_login"].append(workers["sandfork"].ask("create_login"))
             for layer in WIRE_LAYERS if i % 2 else WIRE_LAYERS[::-1]:
-                results[layer]["file_wire"].append(workers[layer].ask("file_wire"))
+                results[layer]["file_wire"].append(workers["sandfork"].ask(f"file_wire {layer}"))
         print(f"compat.py: {a.runs} rounds in {time.monotonic() - from_:.0f} s with {binary}", file=sys.stderr)
     finally:
         for w in workers.values():
