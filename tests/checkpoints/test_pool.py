@@ -119,3 +119,32 @@ def test_forks_from_the_pool_are_fresh_forks(daemon) -> None:
             sb.terminate()
         if snapshot is not None:
             snapshot.delete()
+
+
+def test_the_pool_grows_to_the_largest_fork_asked_of_a_snapshot(daemon) -> None:
+    # pool_size is 2, but a snapshot forked 5 at a time gets 5 ready: the next fork of 5
+    # is served whole from the pool, with no configuration.
+    source = Sandbox.create(image="busybox", memory_mb=128)
+    snapshot = None
+    children: List[Sandbox] = []
+    try:
+        snapshot = source.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+        first = snapshot.fork(5)
+        children += list(first)
+        assert first.ok, "; ".join(f"child {c.index}: {c.error}" for c in first.errors)
+        eventually("five forks are parked", lambda: metrics(daemon)["sandfork_pool_forks"] >= 5, 120)
+        hits = metrics(daemon)["sandfork_pool_hits_total"]
+        second = snapshot.fork(5)
+        children += list(second)
+        assert second.ok, "; ".join(f"child {c.index}: {c.error}" for c in second.errors)
+        assert metrics(daemon)["sandfork_pool_hits_total"] - hits == 5
+        for child in second:
+            assert sh(child, "echo $SANDFORK_SANDBOX_ID") == child.id
+        snapshot.delete()
+        snapshot = None
+        eventually("deleting the snapshot empties its shelf", lambda: metrics(daemon)["sandfork_pool_forks"] == 0, 30)
+    finally:
+        for sb in [*children, source]:
+            sb.terminate()
+        if snapshot is not None:
+            snapshot.delete()

@@ -55,8 +55,8 @@ pub struct ServeArgs {
     /// the rest in the background (default true).
     #[arg(long, value_name = "BOOL")]
     pub lazy_restore: Option<bool>,
-    /// Ready forks kept per hot memory snapshot, restored ahead of demand (default 2;
-    /// 0 = no pool).
+    /// Ready forks kept at least per hot memory snapshot, restored ahead of demand; a
+    /// snapshot forked N at a time gets up to N (default 2; 0 = no pool).
     #[arg(long)]
     pub pool_size: Option<u32>,
     /// Memory the pool's ready forks may hold together, in MiB (default 2048).

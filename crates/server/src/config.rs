@@ -121,9 +121,10 @@ pub struct Config {
     /// (CRIU's lazy pages over userfaultfd; off by itself where the host lacks them).
     /// docs/checkpoints.md, lazy restores.
     pub lazy_restore: bool,
-    /// Ready forks kept per hot memory snapshot (one restored or forked from lately):
-    /// restored ahead of demand and frozen, handed over with their own identity; 0 = no
-    /// pool. docs/checkpoints.md, the pool of ready forks.
+    /// Ready forks kept at least per hot memory snapshot (one restored or forked from
+    /// lately): restored ahead of demand and frozen, handed over with their own identity;
+    /// a snapshot forked N at a time gets up to N (within `pool_memory_mb`); 0 = no pool.
+    /// docs/checkpoints.md, the pool of ready forks.
     pub pool_size: u32,
     /// Memory, in MiB, the pool's forks may hold together (each is charged its
     /// snapshot's size).

@@ -1,8 +1,10 @@
 //! The pool of ready forks.
 //!
-//! A memory snapshot that is restored or forked from is *hot*: the daemon keeps up to
-//! `pool_size` sandboxes restored from it ahead of demand, frozen (no CPU) and invisible to
-//! the API. A request for a child of that snapshot takes one and only hands it over: the
+//! A memory snapshot that is restored or forked from is *hot*: the daemon keeps sandboxes
+//! restored from it ahead of demand, frozen (no CPU) and invisible to the API. How many
+//! sizes itself: at least `pool_size`, and as many as the largest burst of children asked
+//! of that snapshot lately (a fork of 32 has 32 ready for the next one), within the
+//! memory budget below. A request for a child of that snapshot takes one and only hands it over: the
 //! fork is thawed, gets its own identity (id, fork index, seed, env) and runs the
 //! snapshot's after-restore hooks, exactly the steps a restore runs after CRIU, so a
 //! pooled fork cannot be told from a fresh one. The pool is refilled in the background
@@ -10,7 +12,8 @@
 //!
 //! Bounds: `pool_memory_mb` caps what parked forks may hold (each is charged its
 //! snapshot's size; page merging makes the real cost far lower); the shelf used longest
-//! ago gives way to a hotter one; a shelf unused for `pool_idle_secs` is emptied; parked
+//! ago gives way to a hotter one; a shelf unused for `pool_idle_secs` is emptied, and one
+//! unused for a quarter of that halves what it keeps beyond `pool_size`; parked
 //! forks hold admission room like any sandbox, and are the first to go when a request
 //! needs that room. Parked forks are never recorded: a daemon that dies leaves them to
 //! the next one's cleanup of unknown sandboxes.
@@ -43,6 +46,40 @@ struct Shelf {
     ready: Vec<Parked>,
     last_used: Option<Instant>,
     filling: bool,
+    demand: Demand,
+}
+
+/// Children of one snapshot asked for within [`BURST`] of each other count as one burst.
+const BURST: Duration = Duration::from_secs(2);
+
+/// How many ready forks a shelf wants: the largest burst of children asked of it lately.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Demand {
+    /// Children in the burst under way, and when it started.
+    burst: usize,
+    since: Option<Instant>,
+    /// The largest burst seen (halved while the shelf stays unused).
+    peak: usize,
+}
+
+impl Demand {
+    /// One child asked for at `now`.
+    fn ask(&mut self, now: Instant) {
+        if self
+            .since
+            .is_none_or(|t| now.saturating_duration_since(t) > BURST)
+        {
+            self.burst = 0;
+            self.since = Some(now);
+        }
+        self.burst += 1;
+        self.peak = self.peak.max(self.burst);
+    }
+
+    /// Ready forks to keep: `floor` at least, the peak at most [`MAX_FORK`]'s worth.
+    fn target(&self, floor: usize) -> usize {
+        self.peak.min(super::fork::MAX_FORK as usize).max(floor)
+    }
 }
 
 /// Every shelf, by snapshot id.
@@ -102,7 +139,9 @@ impl Manager {
         let taken = {
             let mut shelves = lock(&self.pool.shelves);
             let shelf = shelves.entry(rec.view.id.clone()).or_default();
-            shelf.last_used = Some(Instant::now());
+            let now = Instant::now();
+            shelf.last_used = Some(now);
+            shelf.demand.ask(now);
             shelf.ready.pop()
         };
         match &taken {
@@ -185,7 +224,7 @@ impl Manager {
                 let Some(shelf) = shelves.get(&rec.view.id) else {
                     return false;
                 };
-                if shelf.ready.len() >= self.config.pool_size as usize {
+                if shelf.ready.len() >= shelf.demand.target(self.config.pool_size as usize) {
                     return false;
                 }
                 if Pool::held_mb(&shelves) + want <= budget {
@@ -299,9 +338,11 @@ impl Manager {
         self.pool_evict(None).await;
     }
 
-    /// Empties the shelves unused for `pool_idle_secs` (the reaper calls it).
+    /// Empties the shelves unused for `pool_idle_secs`, and shrinks those unused for a
+    /// quarter of that (the reaper calls it).
     pub(super) async fn pool_expire(&self) {
         let idle = Duration::from_secs(self.config.pool_idle_secs);
+        self.pool_shrink(idle / 4).await;
         let stale: Vec<String> = lock(&self.pool.shelves)
             .iter()
             .filter(|(_, s)| !s.filling && s.last_used.is_none_or(|t| t.elapsed() >= idle))
@@ -315,8 +356,66 @@ impl Manager {
         }
     }
 
+    /// Halves what each shelf unused for `quiet` wants beyond `pool_size` (at most once per
+    /// `quiet`), discarding the forks it no longer wants.
+    async fn pool_shrink(&self, quiet: Duration) {
+        let floor = self.config.pool_size as usize;
+        let surplus: Vec<Parked> = {
+            let mut shelves = lock(&self.pool.shelves);
+            let now = Instant::now();
+            let mut out = Vec::new();
+            for shelf in shelves.values_mut() {
+                let unused = shelf
+                    .last_used
+                    .is_none_or(|t| now.saturating_duration_since(t) >= quiet);
+                if shelf.filling || !unused || shelf.demand.peak <= floor {
+                    continue;
+                }
+                shelf.demand.peak = (shelf.demand.peak / 2).max(floor);
+                // Counted from now on, so the next halving waits another `quiet`.
+                shelf.last_used = Some(now);
+                let keep = shelf.demand.target(floor);
+                while shelf.ready.len() > keep {
+                    out.extend(shelf.ready.pop());
+                }
+            }
+            out
+        };
+        for p in surplus {
+            self.discard(p).await;
+        }
+    }
+
     /// What the pool holds (for metrics).
     pub fn pool_gauge(&self) -> PoolGauge {
         self.pool.gauge()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_children_sets_what_the_shelf_wants() {
+        let mut d = Demand::default();
+        assert_eq!(d.target(2), 2, "no demand yet: the floor");
+        let t = Instant::now();
+        for i in 0..32 {
+            d.ask(t + Duration::from_millis(i));
+        }
+        assert_eq!(d.target(2), 32);
+        // A later, smaller burst does not lower the peak; one past BURST starts anew.
+        let later = t + BURST * 3;
+        d.ask(later);
+        d.ask(later);
+        assert_eq!((d.burst, d.target(2)), (2, 32));
+        d.peak = 1000;
+        assert_eq!(d.target(2), crate::manager::fork::MAX_FORK as usize);
+        assert_eq!(
+            Demand::default().target(0),
+            0,
+            "pool_size 0 and no demand: nothing"
+        );
     }
 }
