@@ -6,7 +6,7 @@ PYTHON ?= python3
 # is built by crates/agent-embed/build.rs and embedded, and the disk server is `sandfork`
 # itself started as `sandfork-disk`.
 
-.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat bench-mcp bench-fanout
+.PHONY: setup build build-release demo test test-rust test-python test-typescript test-console fuzz lint bench bench-blockstore bench-sandbox bench-fork bench-warm bench-memory bench-pool bench-workloads bench-images bench-surface bench-cluster bench-compat bench-mcp bench-fanout bench-density
 
 setup:
 	@scripts/setup
@@ -108,6 +108,13 @@ bench-fanout: build-release
 	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
 	  python3 bench/fanout.py $(if $(COUNT),--count $(COUNT)) | tee $$out && \
 	  python3 bench/report.py "fan-out" "make bench-fanout$(if $(COUNT), COUNT=$(COUNT))" <$$out >/dev/null; \
+	  rc=$$?; rm -f $$out; exit $$rc
+
+# Forks kept alive in steps up to 1,000 (or until the host refuses), with what each costs.
+bench-density: build-release
+	@out=$$(mktemp /tmp/sandfork-bench.XXXXXX); \
+	  python3 bench/density.py $(if $(STEP),--step $(STEP)) $(if $(MAX),--max $(MAX)) | tee $$out && \
+	  python3 bench/report.py "density" "make bench-density$(if $(STEP), STEP=$(STEP))$(if $(MAX), MAX=$(MAX))" <$$out >/dev/null; \
 	  rc=$$?; rm -f $$out; exit $$rc
 
 # One MCP tool call against the same call through the Python SDK (stdio and HTTP).
