@@ -625,6 +625,11 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_can_hold_the_largest_fork() {
+        assert_eq!(super::super::pool::MAX_READY, MAX_FORK as usize);
+    }
+
+    #[test]
     fn bad_fork_requests_are_refused() {
         for req in [
             ForkRequest::default(),

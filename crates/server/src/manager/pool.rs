@@ -49,6 +49,10 @@ struct Shelf {
     demand: Demand,
 }
 
+/// The most ready forks one shelf wants: what one fork request may ask for at most
+/// (`MAX_FORK` of the fork module).
+pub(super) const MAX_READY: usize = 256;
+
 /// Children of one snapshot asked for within [`BURST`] of each other count as one burst.
 const BURST: Duration = Duration::from_secs(2);
 
@@ -76,9 +80,9 @@ impl Demand {
         self.peak = self.peak.max(self.burst);
     }
 
-    /// Ready forks to keep: `floor` at least, the peak at most [`MAX_FORK`]'s worth.
+    /// Ready forks to keep: `floor` at least, the peak at most [`MAX_READY`].
     fn target(&self, floor: usize) -> usize {
-        self.peak.min(super::fork::MAX_FORK as usize).max(floor)
+        self.peak.min(MAX_READY).max(floor)
     }
 }
 
@@ -411,7 +415,7 @@ mod tests {
         d.ask(later);
         assert_eq!((d.burst, d.target(2)), (2, 32));
         d.peak = 1000;
-        assert_eq!(d.target(2), crate::manager::fork::MAX_FORK as usize);
+        assert_eq!(d.target(2), MAX_READY);
         assert_eq!(
             Demand::default().target(0),
             0,
