@@ -19,6 +19,10 @@ pub struct WriteOptions {
     pub mode: Option<u32>,
     /// Create missing parent directories.
     pub create_parents: bool,
+    /// The account (`uid`, `gid`) the file and the directories the write creates belong
+    /// to; `None`: the replaced file's owner. An agent that predates it refuses the write
+    /// before any data ([`ClientError::predates_request`]).
+    pub owner: Option<(u32, u32)>,
 }
 
 /// A file being read: its metadata, then its contents chunk by chunk.
@@ -107,10 +111,19 @@ impl AgentClient {
         opts: WriteOptions,
         data: &mut (impl AsyncRead + Unpin),
     ) -> Result<u64> {
-        let req = Request::WriteFile {
-            path: path.into(),
-            mode: opts.mode,
-            create_parents: opts.create_parents,
+        let req = match opts.owner {
+            None => Request::WriteFile {
+                path: path.into(),
+                mode: opts.mode,
+                create_parents: opts.create_parents,
+            },
+            Some((uid, gid)) => Request::WriteFileAs {
+                path: path.into(),
+                mode: opts.mode,
+                create_parents: opts.create_parents,
+                uid,
+                gid,
+            },
         };
         let mut conn = self.request(req).await?;
         match conn.recv_prompt().await? {

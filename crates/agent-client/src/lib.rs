@@ -65,6 +65,17 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the agent could not read the request at all: an agent older than the
+    /// request (one appended to the protocol after it was built), as a restored memory
+    /// snapshot may run. Nothing was done.
+    pub fn predates_request(&self) -> bool {
+        matches!(self, ClientError::Agent(e)
+            if e.kind == proto::agent::ErrorKind::InvalidInput
+                && e.message.starts_with("malformed frame payload"))
+    }
+}
+
+impl ClientError {
     /// Whether retrying may help: the agent is not listening (yet) or went away.
     pub fn is_transient(&self) -> bool {
         matches!(

@@ -47,6 +47,7 @@ async fn write_read_round_trip_50mb() {
     let opts = WriteOptions {
         mode: Some(0o640),
         create_parents: true,
+        owner: None,
     };
     let written = a
         .client
@@ -242,4 +243,45 @@ async fn overwrite_is_atomic_and_keeps_mode() {
         .unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"new contents");
     assert_eq!(a.client.stat(p).await.unwrap().mode, 0o600);
+}
+
+#[tokio::test]
+async fn an_owned_write_gives_the_file_and_the_directories_it_makes_to_the_account() {
+    use std::os::unix::fs::MetadataExt;
+    let a = TestAgent::start().await;
+    let scratch = a.scratch();
+    std::fs::create_dir_all(scratch.join("kept")).unwrap();
+    let path = scratch.join("kept/made/deeper/f.txt");
+    let opts = WriteOptions {
+        mode: Some(0o640),
+        create_parents: true,
+        owner: Some((4321, 4322)),
+    };
+    a.client
+        .write_file_bytes(path.to_str().unwrap(), opts, b"mine")
+        .await
+        .unwrap();
+    let owner = |p: &std::path::Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid())
+    };
+    assert_eq!(owner(&path), (4321, 4322));
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o640);
+    assert_eq!(owner(&scratch.join("kept/made")), (4321, 4322));
+    assert_eq!(owner(&scratch.join("kept/made/deeper")), (4321, 4322));
+    assert_eq!(
+        owner(&scratch.join("kept")),
+        (0, 0),
+        "a directory that was there keeps its owner"
+    );
+    // Replacing it without an owner keeps the file's owner, as a plain write does.
+    let plain = WriteOptions {
+        create_parents: true,
+        ..Default::default()
+    };
+    a.client
+        .write_file_bytes(path.to_str().unwrap(), plain, b"again")
+        .await
+        .unwrap();
+    assert_eq!(owner(&path), (4321, 4322));
 }

@@ -231,3 +231,26 @@ async fn a_protocol_violation_mid_exec_kills_the_process() {
         "{got:?}"
     );
 }
+
+#[tokio::test]
+async fn a_request_from_a_newer_host_is_refused_as_one_this_agent_predates() {
+    // A request variant past the last this agent knows (as a newer host appends them):
+    // `Message::Request` (variant 0) of request variant 127.
+    let a = TestAgent::start().await;
+    let mut s = raw(&a);
+    let mut frame = Preamble::current().to_bytes().to_vec();
+    frame.extend_from_slice(&[2, 0, 0, 0, 0, 127]);
+    s.write_all(&frame).unwrap();
+    let reply = read_to_close(s);
+    let Message::Error(e) = proto::agent::decode_frame(&reply[6..]).unwrap() else {
+        panic!("expected an error frame");
+    };
+    assert!(ClientError::Agent(e.clone()).predates_request(), "{e:?}");
+    // Other refusals are not mistaken for it.
+    let bad_path = a
+        .client
+        .write_file_bytes("relative/path", agent_client::WriteOptions::default(), b"x")
+        .await
+        .unwrap_err();
+    assert!(!bad_path.predates_request(), "{bad_path:?}");
+}

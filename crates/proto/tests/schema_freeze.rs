@@ -98,6 +98,7 @@ fn request_name(r: &Request) -> &'static str {
         Request::PtyConnect { .. } => "Request::PtyConnect",
         Request::ResizePty { .. } => "Request::ResizePty",
         Request::Logs { .. } => "Request::Logs",
+        Request::WriteFileAs { .. } => "Request::WriteFileAs",
     }
 }
 
@@ -204,6 +205,13 @@ fn requests() -> Vec<Request> {
         Request::Logs {
             since: 5,
             follow: true,
+        },
+        Request::WriteFileAs {
+            path: "/home/user/a".into(),
+            mode: Some(0o600),
+            create_parents: true,
+            uid: 1000,
+            gid: 1000,
         },
     ]
 }
@@ -342,8 +350,8 @@ fn every_variant_has_a_sample() {
     assert_eq!(names.len(), samples().len(), "one sample per variant");
     assert_eq!(
         names.len(),
-        18 + 23 - 1,
-        "17 non-request variants + 23 requests"
+        18 + 24 - 1,
+        "17 non-request variants + 24 requests"
     );
 }
 

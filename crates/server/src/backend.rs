@@ -231,6 +231,16 @@ pub struct HostDisk {
 
 pub use api_types::ResourceUse;
 
+/// How a file is written into a sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteAs {
+    /// Permission bits; default: the replaced file's, else 0644.
+    pub mode: Option<u32>,
+    /// The account (`uid`, `gid`) the file and the directories the write creates belong
+    /// to; `None`: the replaced file's owner (new ones are root's).
+    pub owner: Option<(u32, u32)>,
+}
+
 /// The runtime side of the daemon.
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
@@ -390,7 +400,7 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         id: &str,
         path: &str,
-        mode: Option<u32>,
+        how: WriteAs,
         data: Stream<Bytes>,
     ) -> BackendResult<u64>;
     async fn list_dir(&self, id: &str, path: &str) -> BackendResult<Vec<DirEntry>>;

@@ -77,8 +77,26 @@ async fn dispatch(agent: &Arc<Agent>, req: Request, mut reader: Reader, mut writ
             mode,
             create_parents,
         } => {
-            return files::write_file(path, mode, create_parents, max, &mut reader, &mut writer)
-                .await;
+            let how = files::WriteHow {
+                mode,
+                create_parents,
+                owner: None,
+            };
+            return files::write_file(path, how, max, &mut reader, &mut writer).await;
+        }
+        Request::WriteFileAs {
+            path,
+            mode,
+            create_parents,
+            uid,
+            gid,
+        } => {
+            let how = files::WriteHow {
+                mode,
+                create_parents,
+                owner: Some((uid, gid)),
+            };
+            return files::write_file(path, how, max, &mut reader, &mut writer).await;
         }
         Request::ReadFile {
             path,

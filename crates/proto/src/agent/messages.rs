@@ -137,6 +137,15 @@ pub enum Request {
     /// The sandbox log from line `since` (its `seq`) on → `LogLines`*, then `Eof`; with
     /// `follow`, new lines as they come until the host closes the connection.
     Logs { since: u64, follow: bool },
+    /// [`Request::WriteFile`] on behalf of an account: the file, and every parent directory
+    /// the write creates, belong to `uid`:`gid` (the replaced file's owner otherwise).
+    WriteFileAs {
+        path: String,
+        mode: Option<u32>,
+        create_parents: bool,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 /// One line a background process wrote (or a piece of a very long one), as the agent's

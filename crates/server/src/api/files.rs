@@ -104,7 +104,8 @@ pub async fn upload(
     let limit = m.config().max_upload_bytes;
     let (tx, rx) = mpsc::channel(STREAM_DEPTH);
     let pump = tokio::spawn(pump_body(req.into_body(), tx, limit));
-    let written = m.write_file(&id, &q.path, mode, rx).await;
+    let how = crate::backend::WriteAs { mode, owner: None };
+    let written = m.write_file(&id, &q.path, how, rx).await;
     // A reader that died cut the body short: never a success.
     let pumped = pump.await.unwrap_or_else(|e| {
         let e = BackendError::Host(format!("the upload's reader failed: {e}"));

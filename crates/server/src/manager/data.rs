@@ -8,7 +8,7 @@ use proto::agent::{DirEntry, ExecRequest, ExitInfo, FileStat, ProcessInfo, Spawn
 use tokio::sync::mpsc;
 
 use super::Manager;
-use crate::backend::{BackendError, BackendResult, ExecEvent, Stream, STREAM_DEPTH};
+use crate::backend::{BackendError, BackendResult, ExecEvent, Stream, WriteAs, STREAM_DEPTH};
 use crate::error::{Error, Result};
 use model::{plan, Op};
 
@@ -243,14 +243,14 @@ impl Manager {
         &self,
         id_or_name: &str,
         path: &str,
-        mode: Option<u32>,
+        how: WriteAs,
         data: Stream<Bytes>,
     ) -> Result<u64> {
         let (id, _plane) = self.using(id_or_name).await?;
         let data_dir = self.config.data_dir.clone();
         check_host_space(&data_dir)?;
         let data = guard_host_space(data_dir, data);
-        let r = self.backend.write_file(&id, path, mode, data).await;
+        let r = self.backend.write_file(&id, path, how, data).await;
         self.touch(&id);
         Ok(r?)
     }

@@ -146,7 +146,7 @@ impl Backend for Fake {
         &self,
         _: &str,
         _: &str,
-        _: Option<u32>,
+        _: crate::backend::WriteAs,
         _: Stream<Bytes>,
     ) -> BackendResult<u64> {
         unsupported()

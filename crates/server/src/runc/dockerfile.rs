@@ -512,6 +512,7 @@ async fn copy_file(agent: &agent_client::AgentClient, src: &Path, dest: &str) ->
     let opts = agent_client::WriteOptions {
         mode: Some(meta.permissions().mode() & 0o7777),
         create_parents: true,
+        owner: None,
     };
     agent
         .write_file_bytes(dest, opts, &data)

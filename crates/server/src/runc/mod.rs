@@ -559,20 +559,36 @@ impl Backend for RuncBackend {
         &self,
         id: &str,
         path: &str,
-        mode: Option<u32>,
+        how: WriteAs,
         data: Stream<Bytes>,
     ) -> BackendResult<u64> {
         let agent = self.agent(id)?;
         let (abort_tx, abort_rx) = tokio::sync::oneshot::channel();
         let mut reader = tokio_util::io::StreamReader::new(Box::pin(until_error(data, abort_tx)));
         let opts = WriteOptions {
-            mode,
+            mode: how.mode,
             create_parents: true,
+            owner: how.owner,
         };
         // On an aborted upload the agent connection is dropped before its end-of-file, so
         // the agent discards the partial file.
+        let written = async {
+            match agent.write_file(path, opts, &mut reader).await {
+                // An agent from before owned writes (a restored older snapshot) refused it
+                // before reading any data: the plain write, then `chown` in the sandbox.
+                Err(e) if e.predates_request() => {
+                    let plain = WriteOptions {
+                        owner: None,
+                        ..opts
+                    };
+                    let n = agent.write_file(path, plain, &mut reader).await?;
+                    chown_in_sandbox(&agent, path, opts.owner).await.map(|()| n)
+                }
+                other => other,
+            }
+        };
         tokio::select! {
-            r = agent.write_file(path, opts, &mut reader) => r.map_err(agent_err),
+            r = written => r.map_err(agent_err),
             Ok(e) = abort_rx => Err(e),
         }
     }
@@ -925,4 +941,31 @@ impl Backend for RuncBackend {
     async fn import_layer(&self, input: std::path::PathBuf) -> BackendResult<String> {
         self.import(input).await
     }
+}
+
+/// `chown UID:GID -- PATH` run in the sandbox (for an agent without owned writes).
+async fn chown_in_sandbox(
+    agent: &AgentClient,
+    path: &str,
+    owner: Option<(u32, u32)>,
+) -> agent_client::Result<()> {
+    let Some((uid, gid)) = owner else {
+        return Ok(());
+    };
+    let req = ExecRequest {
+        command: "chown".into(),
+        args: vec![format!("{uid}:{gid}"), "--".into(), path.into()],
+        ..Default::default()
+    };
+    let out = agent.exec_collect(req, 4096).await?;
+    if out.code() == Some(0) {
+        return Ok(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(agent_client::ClientError::Agent(
+        proto::agent::AgentError::new(
+            proto::agent::ErrorKind::InvalidInput,
+            format!("chown {path}: {why}"),
+        ),
+    ))
 }

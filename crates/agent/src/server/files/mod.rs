@@ -16,7 +16,7 @@ use super::wire::Writer;
 
 pub use read::read_file;
 pub use watch::watch_dir;
-pub use write::write_file;
+pub use write::{write_file, WriteHow};
 
 /// Entries per `DirEntries` frame.
 const DIR_BATCH: usize = 256;

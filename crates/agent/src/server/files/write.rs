@@ -49,19 +49,42 @@ fn existing(target: &Path, path: &str) -> Result<Option<Metadata>, AgentError> {
     }
 }
 
+/// How a file is written.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteHow {
+    /// Permission bits; default: the replaced file's, else 0644.
+    pub mode: Option<u32>,
+    /// Create missing parent directories.
+    pub create_parents: bool,
+    /// The account (`uid`, `gid`) the file and the directories the write creates belong
+    /// to; `None`: the replaced file's owner (else the agent's, root).
+    pub owner: Option<(u32, u32)>,
+}
+
+/// Creates the missing directories down to `dir`, each owned by `owner` when given.
+fn make_parents(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), AgentError> {
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    fs::create_dir_all(dir).map_err(|e| io_error(&dir.to_string_lossy(), &e))?;
+    let Some((uid, gid)) = owner else {
+        return Ok(());
+    };
+    for d in missing.into_iter().rev() {
+        // lchown: a directory a sandbox process replaced with a link meanwhile is not followed.
+        std::os::unix::fs::lchown(d, Some(uid), Some(gid))
+            .map_err(|e| io_error(&d.to_string_lossy(), &e))?;
+    }
+    Ok(())
+}
+
 /// Creates the temporary file with the final mode (the given one, else the replaced
-/// file's, else 0644) and the replaced file's owner.
-fn create_temp(
-    path: &str,
-    mode: Option<u32>,
-    create_parents: bool,
-) -> Result<(TempFile, File), AgentError> {
+/// file's, else 0644) and owner (the given one, else the replaced file's).
+fn create_temp(path: &str, how: WriteHow) -> Result<(TempFile, File), AgentError> {
     let target = check_path(path)?.to_path_buf();
     let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
         return Err(invalid(format!("{path}: not a file path")));
     };
-    if create_parents {
-        fs::create_dir_all(parent).map_err(|e| io_error(&parent.to_string_lossy(), &e))?;
+    if how.create_parents {
+        make_parents(parent, how.owner)?;
     }
     let old = existing(&target, path)?;
     let name = format!(".{}{TEMP_MARK}{}", name.to_string_lossy(), random_suffix());
@@ -76,15 +99,22 @@ fn create_temp(
         target,
         done: false,
     };
-    let mode = mode
+    let mode = how
+        .mode
         .or(old.as_ref().map(MetadataExt::mode))
         .unwrap_or(0o644)
         & 0o7777;
+    match (how.owner, old) {
+        (Some((uid, gid)), _) => std::os::unix::fs::fchown(&file, Some(uid), Some(gid))
+            .map_err(|e| io_error(path, &e))?,
+        (None, Some(m)) => {
+            let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
+        }
+        (None, None) => {}
+    }
+    // After the owner: a change of owner clears the set-id bits.
     file.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(|e| io_error(path, &e))?;
-    if let Some(m) = old {
-        let _ = std::os::unix::fs::fchown(&file, Some(m.uid()), Some(m.gid()));
-    }
     Ok((tmp, file))
 }
 
@@ -113,14 +143,13 @@ fn random_suffix() -> String {
 /// `Done` once the file is open, then `Data`* / `Eof` from the host, then `Written`.
 pub async fn write_file(
     path: String,
-    mode: Option<u32>,
-    create_parents: bool,
+    how: WriteHow,
     max: u64,
     reader: &mut Reader,
     writer: &mut Writer,
 ) {
     let p = path.clone();
-    let (tmp, file) = match blocking(move || create_temp(&p, mode, create_parents)).await {
+    let (tmp, file) = match blocking(move || create_temp(&p, how)).await {
         Ok(t) => t,
         Err(e) => return send_error(writer, e).await,
     };

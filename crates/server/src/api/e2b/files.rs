@@ -20,8 +20,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::envd::{self, Ctx, Refusal};
 use super::errors::{files_error, sandbox_gone, unauthorized, ApiErr};
 use super::multipart::{boundary, Multipart, Reader, Source};
-use super::{filesystem, users, E2bState, Shared};
-use crate::backend::{BackendError, STREAM_DEPTH};
+use super::{users, E2bState, Shared};
+use crate::backend::{BackendError, WriteAs, STREAM_DEPTH};
 use crate::error::Error;
 
 /// `GET /health`: 204 while the sandbox runs.
@@ -272,7 +272,12 @@ async fn write_one<S: Source + Send + 'static>(
             }
         }
     });
-    let wrote = s.manager.write_file(&ctx.id, path, None, rx).await;
+    // The file, and the directories the write makes, belong to the request's user.
+    let how = WriteAs {
+        mode: None,
+        owner: (ctx.account.uid != 0).then_some((ctx.account.uid, ctx.account.gid)),
+    };
+    let wrote = s.manager.write_file(&ctx.id, path, how, rx).await;
     let fed = feed.await.unwrap_or_else(|e| {
         Err(Error::Backend(BackendError::Host(format!(
             "the upload's reader failed: {e}"
@@ -280,17 +285,6 @@ async fn write_one<S: Source + Send + 'static>(
     });
     fed.map_err(|e| (e, path.to_string()))?;
     wrote.map_err(|e| (e, path.to_string()))?;
-    if ctx.account.uid != 0 {
-        let owner = format!("{}:{}", ctx.account.uid, ctx.account.gid);
-        let args = vec![owner, "--".into(), path.to_string()];
-        let (code, _, err) = filesystem::run(s, &ctx.id, None, "chown", args)
-            .await
-            .map_err(|e| (e, path.to_string()))?;
-        if code != 0 {
-            let e = Error::InvalidArgument(format!("chown: {}", err.trim()));
-            return Err((e, path.to_string()));
-        }
-    }
     Ok(())
 }
 
