@@ -477,51 +477,46 @@ def main() -> None:
     report(results, a, binary)
 
 
+PARTS = {"create": ("create_ms", "exec_ms", "client_cpu_ms", "daemon_cpu_ms"),
+         "file": ("write_ms", "read_ms", "client_cpu_ms", "daemon_cpu_ms")}
+
+
+def row_of(name: str, rs: List[dict], base: float, base_name: str, layer: str, op: str, kind: str) -> dict:
+    """One result line: the median of ``rs`` against ``base``, with its parts' medians."""
+    med = statistics.median
+    value = med(r["ms"] for r in rs)
+    return {"suite": "compat", "name": name, "value": round(value, 2), "unit": "ms",
+            "baseline": round(base, 2), "baseline_name": base_name,
+            "ratio": round(value / base, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
+            "runs": len(rs), "layer": layer, "op": op,
+            **{p: round(med(r[p] for r in rs), 2) for p in PARTS[kind]}}
+
+
 def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, binary: Path) -> None:
     med = statistics.median
     names = {"create": "create → first exec (`true`)", "file": "1 MB file round trip (write, read back, compared)"}
-    parts = {"create": ("create_ms", "exec_ms", "client_cpu_ms", "daemon_cpu_ms"),
-             "file": ("write_ms", "read_ms", "client_cpu_ms", "daemon_cpu_ms")}
     out = {"runs": a.runs, "daemon": str(binary), "image": IMAGE, "file_bytes": FILE_BYTES, "results": []}
+    rows = out["results"]
     for what in ("create", "file"):
         base = med(r["ms"] for r in results["sandfork"][what])
         for layer in LAYERS:
-            rs = results[layer][what]
-            value = med(r["ms"] for r in rs)
-            row = {"suite": "compat", "name": f"{names[what]}, {LABELS[layer]}", "value": round(value, 2), "unit": "ms",
-                   "baseline": round(base, 2), "baseline_name": "sandfork Python SDK, same run",
-                   "ratio": round(value / base, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
-                   "runs": len(rs), "layer": layer, "op": what,
-                   **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
-            out["results"].append(row)
-            print(json.dumps(row), flush=True)
+            rows.append(row_of(f"{names[what]}, {LABELS[layer]}", results[layer][what], base,
+                               "sandfork Python SDK, same run", layer, what, what))
         if what == "create":
             # The login shell's share: sandfork's SDK running E2B's command, and E2B against it.
             login = results["sandfork"]["create_login"]
             lbase = med(r["ms"] for r in login)
-            e2b = med(r["ms"] for r in results["e2b"]["create"])
-            for layer, value, rs in (("sandfork", lbase, login), ("e2b", e2b, results["e2b"]["create"])):
-                row = {"suite": "compat", "name": f"create → first exec (`/bin/bash -l -c true`, E2B's form of `true`), {LABELS[layer]}",
-                       "value": round(value, 2), "unit": "ms", "baseline": round(lbase, 2),
-                       "baseline_name": "sandfork Python SDK running `/bin/bash -l -c true`, same run",
-                       "ratio": round(value / lbase, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
-                       "runs": len(rs), "layer": layer, "op": "create_login",
-                       **{p: round(med(r[p] for r in rs), 2) for p in parts[what]}}
-                out["results"].append(row)
-                print(json.dumps(row), flush=True)
-    wire = results["sandfork"]["file_wire"]
-    wbase = med(r["ms"] for r in wire)
+            for layer, rs in (("sandfork", login), ("e2b", results["e2b"]["create"])):
+                rows.append(row_of(f"create → first exec (`/bin/bash -l -c true`, E2B's form of `true`), {LABELS[layer]}",
+                                   rs, lbase, "sandfork Python SDK running `/bin/bash -l -c true`, same run",
+                                   layer, "create_login", "create"))
+    wbase = med(r["ms"] for r in results["sandfork"]["file_wire"])
     for layer in WIRE_LAYERS:
-        rs = results[layer]["file_wire"]
-        value = med(r["ms"] for r in rs)
         api = {"sandfork": "sandfork's API", "e2b": "E2B's envd API"}[layer]
-        row = {"suite": "compat", "name": f"{names['file']}, {api} from one minimal HTTP client (the layer alone)",
-               "value": round(value, 2), "unit": "ms", "baseline": round(wbase, 2),
-               "baseline_name": "sandfork's API from the same client, same run",
-               "ratio": round(value / wbase, 3), "target": "≤ 1.1 ×" if layer != "sandfork" else "",
-               "runs": len(rs), "layer": layer, "op": "file_wire",
-               **{p: round(med(r[p] for r in rs), 2) for p in parts["file"]}}
-        out["results"].append(row)
+        rows.append(row_of(f"{names['file']}, {api} from one minimal HTTP client (the layer alone)",
+                           results[layer]["file_wire"], wbase, "sandfork's API from the same client, same run",
+                           layer, "file_wire", "file"))
+    for row in rows:
         print(json.dumps(row), flush=True)
     if a.json:
         a.json.write_text(json.dumps(out, indent=2) + "\n")
@@ -529,7 +524,7 @@ def report(results: Dict[str, Dict[str, List[dict]]], a: argparse.Namespace, bin
     print(f"{'':100} {'median':>9} {'ratio':>6}   parts (medians)", file=sys.stderr)
     for row in out["results"]:
         op = {"create_login": "create", "file_wire": "file"}.get(row["op"], row["op"])
-        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in parts[op])
+        ps = ", ".join(f"{p[:-3]} {row[p]:.1f}" for p in PARTS[op])
         print(f"{row['name']:100} {row['value']:7.1f} ms {row['ratio']:5.2f}×   {ps}", file=sys.stderr)
 
 
