@@ -12,7 +12,7 @@ The file round trip is also made with one minimal HTTP client of the bench's own
 the requests each SDK sends (sandfork's ``PUT``/``GET /v1/sandboxes/{id}/files``; E2B's
 multipart ``POST``/``GET /files`` to envd) to one sandbox, in turn, from one process: the
 same client, interpreter and sandbox on both sides, so the ratio is the layer's own cost,
-apart from what each SDK spends building and parsing them.
+apart from what each SDK spends building and parsing them (10 such round trips per round).
 
 Each is repeated ``--runs`` times in rounds (every SDK once per round, in turn, after one
 warm-up round that is not counted); the medians and each layer's ratio to the native
@@ -66,6 +66,7 @@ LAYERS = {
 }
 # The layers whose requests the bench's own client also sends (the file round trip).
 WIRE_LAYERS = ("sandfork", "e2b")
+WIRE_PER_ROUND = 10
 LABELS = {
     "sandfork": "sandfork Python SDK",
     "tensorlake": "Tensorlake Python SDK 0.5.161",
@@ -457,8 +458,11 @@ def main() -> None:
                     results[w.layer][what].append(w.ask(what))
             # E2B's SDK runs every command as `/bin/bash -l -c CMD`: the same through sandfork's.
             results["sandfork"]["create_login"].append(workers["sandfork"].ask("create_login"))
-            for layer in WIRE_LAYERS if i % 2 else WIRE_LAYERS[::-1]:
-                results[layer]["file_wire"].append(workers["sandfork"].ask(f"file_wire {layer}"))
+            # The layer alone is cheap to measure and its spread is the write's (≈ 1 ms):
+            # several round trips a round, in alternating order.
+            for j in range(WIRE_PER_ROUND):
+                for layer in WIRE_LAYERS if (i + j) % 2 else WIRE_LAYERS[::-1]:
+                    results[layer]["file_wire"].append(workers["sandfork"].ask(f"file_wire {layer}"))
         print(f"compat.py: {a.runs} rounds in {time.monotonic() - from_:.0f} s with {binary}", file=sys.stderr)
     finally:
         for w in workers.values():
