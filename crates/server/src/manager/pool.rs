@@ -64,6 +64,8 @@ struct Demand {
     since: Option<Instant>,
     /// The largest burst seen (halved while the shelf stays unused).
     peak: usize,
+    /// When the peak was last halved.
+    halved: Option<Instant>,
 }
 
 impl Demand {
@@ -369,15 +371,17 @@ impl Manager {
             let now = Instant::now();
             let mut out = Vec::new();
             for shelf in shelves.values_mut() {
-                let unused = shelf
-                    .last_used
-                    .is_none_or(|t| now.saturating_duration_since(t) >= quiet);
-                if shelf.filling || !unused || shelf.demand.peak <= floor {
+                // Its last use stays what it was: the shelf still empties after
+                // `pool_idle_secs` and stays cold to pool_room's eviction.
+                let since = |t: Option<Instant>| {
+                    t.is_none_or(|t| now.saturating_duration_since(t) >= quiet)
+                };
+                let due = since(shelf.last_used) && since(shelf.demand.halved);
+                if shelf.filling || !due || shelf.demand.peak <= floor {
                     continue;
                 }
                 shelf.demand.peak = (shelf.demand.peak / 2).max(floor);
-                // Counted from now on, so the next halving waits another `quiet`.
-                shelf.last_used = Some(now);
+                shelf.demand.halved = Some(now);
                 let keep = shelf.demand.target(floor);
                 while shelf.ready.len() > keep {
                     out.extend(shelf.ready.pop());
